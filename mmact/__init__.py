@@ -1,0 +1,10 @@
+"""mmact: learnable activations and activation-based attention for OpenMMLab."""
+from .utils.compat import check_mmcv, patch_lvis_numpy
+from .version import __version__, version_info
+
+check_mmcv()
+patch_lvis_numpy()
+
+from . import engine, models  # noqa: E402  (registers components)
+
+__all__ = ['__version__', 'version_info', 'engine', 'models']

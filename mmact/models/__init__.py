@@ -1,0 +1,3 @@
+from . import activations, backbones, layers, losses  # noqa: F401
+
+__all__ = ['activations', 'backbones', 'layers', 'losses']
