@@ -2,3 +2,4 @@ from .compat import check_mmcv, patch_lvis_numpy
 from .dist import setup_cpu_distributed
 
 __all__ = ['check_mmcv', 'patch_lvis_numpy', 'setup_cpu_distributed']
+from .swap import swap_activations, untie_activations  # noqa: F401

@@ -1,1 +1,3 @@
-__all__ = []
+from .channel_attention import APASELayer, SEAttention
+
+__all__ = ['APASELayer', 'SEAttention']

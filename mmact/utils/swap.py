@@ -1,0 +1,258 @@
+"""Replace activation modules inside an already built model.
+
+:func:`swap_activations` walks a model and replaces every module of the given
+classes (``nn.ReLU`` by default) by a module built from a registered config
+(e.g. ``dict(type='AGLU')``). ``ActSwapBackbone`` does the same from a config
+file, wrapping any backbone of mmdet or mmpretrain.
+
+Shared modules stay shared. A module object is replaced by ONE new module at
+every place it is registered, and a module that the parent's ``forward``
+calls at several positions (mmdet's and mmpretrain's ResNet blocks call one
+``relu`` three times) becomes one learnable activation with one set of
+parameters for all of those positions -- unlike the reference APA code, which
+gives every position its own parameters. Two ways to untie them:
+
+- ``untie=True`` (or :func:`untie_activations`) for the stock ResNet family
+  blocks listed in :func:`known_shared_activations`: the shared ``relu`` is
+  replaced by per-position copies ``act1``/``act2``/``act3`` (the key names of
+  :class:`mmact.models.backbones.ActResNet`) and a parameter-free dispatcher
+  that sends the k-th call of each block forward to the k-th copy.
+- Use ``ActResNet`` directly, which builds one module per position.
+"""
+import copy
+import importlib
+import importlib.util
+from fnmatch import fnmatch
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
+
+import torch
+import torch.nn as nn
+from mmengine.registry import MODELS
+
+__all__ = [
+    'swap_activations', 'untie_activations', 'known_shared_activations',
+    'register_swap_backbone'
+]
+
+TypeSpec = Union[str, Type[nn.Module]]
+
+# (module, class, attribute, number of call sites per forward). Only exact
+# classes whose forward is known to call `relu` once per position in order,
+# with the last call outside the checkpointed part; subclasses with other
+# forwards (e.g. Res2Net's Bottle2neck) call it a different number of times.
+_KNOWN_SHARED = (
+    ('mmpretrain.models.backbones.resnet', 'BasicBlock', 'relu', 2),
+    ('mmpretrain.models.backbones.resnet', 'Bottleneck', 'relu', 3),
+    ('mmpretrain.models.backbones.resnext', 'Bottleneck', 'relu', 3),
+    ('mmpretrain.models.backbones.seresnet', 'SEBottleneck', 'relu', 3),
+    ('mmpretrain.models.backbones.seresnext', 'SEBottleneck', 'relu', 3),
+    ('mmdet.models.backbones.resnet', 'BasicBlock', 'relu', 2),
+    ('mmdet.models.backbones.resnet', 'Bottleneck', 'relu', 3),
+    ('mmdet.models.backbones.resnext', 'Bottleneck', 'relu', 3),
+)
+
+
+def known_shared_activations() -> Dict[type, Tuple[str, int]]:
+    """Block classes (of installed packages) whose one activation module is
+    called at several positions.
+
+    Returns:
+        dict: ``{block_class: (attribute, number_of_call_sites)}``.
+    """
+    table = {}
+    for module_name, cls_name, attr, sites in _KNOWN_SHARED:
+        if importlib.util.find_spec(module_name.split('.')[0]) is None:
+            continue
+        cls = getattr(importlib.import_module(module_name), cls_name)
+        table[cls] = (attr, sites)
+    return table
+
+
+class _CallSites(nn.Module):
+    """Send the k-th call within one forward of the owner to the k-th copy.
+
+    The copies are registered on the owner (``act1``, ``act2``, ...), not
+    here, so the state dict has one entry per position and none for this
+    dispatcher. The owner's forward pre-hook resets the counter; the counter
+    is taken modulo the number of sites, so a checkpointed block
+    (``with_cp=True``) that recomputes its inner part in backward, i.e. the
+    first ``k - 1`` calls, reaches the right copies again.
+
+    Args:
+        sites (list[nn.Module]): Per-position modules, in call order.
+    """
+
+    def __init__(self, sites: List[nn.Module]) -> None:
+        super().__init__()
+        # A plain list keeps them out of this module's registration; deepcopy
+        # and pickle still map them to the owner's (copied) modules.
+        self._sites = list(sites)
+        self._calls = 0
+
+    def reset(self, *args) -> None:
+        """Forward pre-hook of the owner: a new forward starts."""
+        self._calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        site = self._sites[self._calls % len(self._sites)]
+        self._calls += 1
+        return site(x)
+
+    def extra_repr(self) -> str:
+        return f'call sites: {len(self._sites)}'
+
+
+def untie_activations(
+        model: nn.Module,
+        owners: Optional[Dict[type, Tuple[str, int]]] = None) -> List[str]:
+    """Give every call position of a shared block activation its own copy.
+
+    Args:
+        model (nn.Module): Model to modify in place.
+        owners (dict, optional): ``{block_class: (attribute, sites)}``; exact
+            class match. Defaults to :func:`known_shared_activations`.
+
+    Returns:
+        list[str]: Names of the blocks that were untied.
+    """
+    owners = known_shared_activations() if owners is None else owners
+    untied = []
+    for name, block in model.named_modules():
+        spec = owners.get(type(block))
+        if spec is None:
+            continue
+        attr, num_sites = spec
+        shared = getattr(block, attr, None)
+        if not isinstance(shared, nn.Module) or isinstance(shared, _CallSites):
+            continue
+        site_names = [f'act{i + 1}' for i in range(num_sites)]
+        taken = [n for n in site_names if hasattr(block, n)]
+        if taken:
+            raise ValueError(f'cannot untie {name or type(block).__name__}: '
+                             f'it already has attributes {taken}')
+        sites = [copy.deepcopy(shared) for _ in site_names]
+        for site_name, site in zip(site_names, sites):
+            block.add_module(site_name, site)
+        dispatcher = _CallSites(sites)
+        setattr(block, attr, dispatcher)
+        block.register_forward_pre_hook(dispatcher.reset)
+        untied.append(name)
+    return untied
+
+
+def _resolve_types(target_types: Union[TypeSpec, Sequence[TypeSpec]]
+                   ) -> Tuple[type, ...]:
+    if isinstance(target_types, (str, type)):
+        target_types = (target_types, )
+    resolved = []
+    for spec in target_types:
+        if isinstance(spec, str):
+            cls = getattr(nn, spec, None) or MODELS.get(spec)
+            if not isinstance(cls, type):
+                raise KeyError(f'target type {spec!r} is neither a torch.nn '
+                               'class nor a registered module class')
+            spec = cls
+        if not (isinstance(spec, type) and issubclass(spec, nn.Module)):
+            raise TypeError(f'target types must be nn.Module classes or '
+                            f'their names, got {spec!r}')
+        resolved.append(spec)
+    return tuple(resolved)
+
+
+def swap_activations(model: nn.Module,
+                     act_cfg: dict,
+                     target_types: Union[TypeSpec,
+                                         Sequence[TypeSpec]] = (nn.ReLU, ),
+                     untie: bool = False,
+                     exclude: Optional[Sequence[str]] = None) -> List[str]:
+    """Replace activation modules of ``model`` in place.
+
+    A module object registered under several names, or called at several
+    positions by its parent, is replaced by one shared new module (see the
+    module docstring); pass ``untie=True`` to split the known ResNet blocks'
+    shared ``relu`` first.
+
+    Args:
+        model (nn.Module): Any built model (a backbone, a detector, ...).
+        act_cfg (dict): Config of the new activation, e.g.
+            ``dict(type='AGLU')``; built once per replaced module.
+        target_types (type | str | sequence): Classes to replace (exact or
+            subclasses), as classes or names (``'ReLU'``). Defaults to
+            ``nn.ReLU``.
+        untie (bool): Call :func:`untie_activations` first. Defaults to False.
+        exclude (sequence[str], optional): fnmatch patterns of module names to
+            keep, e.g. ``['*.se_layer.*']`` to leave attention internals.
+
+    Returns:
+        list[str]: Names of the replaced modules (every name of a shared one).
+    """
+    if not isinstance(act_cfg, dict) or 'type' not in act_cfg:
+        raise TypeError(f'act_cfg must be a dict with "type", got {act_cfg!r}')
+    types_ = _resolve_types(target_types)
+    if untie:
+        untie_activations(model)
+    new_by_old: Dict[int, nn.Module] = {}
+    new_ids = set()
+    swapped = []
+    for parent_name, parent in list(model.named_modules(
+            remove_duplicate=False)):
+        for child_name, child in list(parent._modules.items()):
+            full = f'{parent_name}.{child_name}' if parent_name else child_name
+            if (child is None or id(child) in new_ids
+                    or not isinstance(child, types_)):
+                continue
+            if exclude and any(fnmatch(full, pat) for pat in exclude):
+                continue
+            if id(child) not in new_by_old:
+                # MODELS.build is what mmcv's build_activation_layer does; using it
+                # directly keeps mmcv.cnn out of `import mmact.utils`.
+                new = MODELS.build(copy.deepcopy(act_cfg))
+                new_by_old[id(child)] = new
+                new_ids.add(id(new))
+            setattr(parent, child_name, new_by_old[id(child)])
+            swapped.append(full)
+    return swapped
+
+
+def _freeze_stem_activation(backbone: nn.Module) -> None:
+    """Stock ResNets freeze only conv1/bn1 of the stem; a swapped learnable
+    stem activation must follow ``frozen_stages`` too."""
+    if getattr(backbone, 'frozen_stages', -1) >= 0 and isinstance(
+            getattr(backbone, 'relu', None), nn.Module):
+        for param in backbone.relu.parameters():
+            param.requires_grad = False
+
+
+def register_swap_backbone(registries: Sequence) -> None:
+    """Register ``ActSwapBackbone`` in each given registry (skips None).
+
+    ``ActSwapBackbone`` is a builder function, not a wrapper module: it
+    returns the inner backbone itself with its activations swapped, so
+    state-dict keys, ``init_cfg``, ``frozen_stages`` and ``train()`` stay the
+    upstream backbone's. Config use::
+
+        backbone=dict(type='ActSwapBackbone', act_cfg=dict(type='AGLU'),
+                      untie=True, backbone=dict(type='ResNet', depth=50, ...))
+
+    Args:
+        registries (sequence): ``MODELS`` registries of mmdet / mmpretrain;
+            the inner ``backbone`` is built from the same registry.
+    """
+    for registry in registries:
+        if registry is None:
+            continue
+
+        def ActSwapBackbone(backbone: dict,
+                            act_cfg: dict,
+                            target_types: Sequence[TypeSpec] = ('ReLU', ),
+                            untie: bool = False,
+                            exclude: Optional[Sequence[str]] = None,
+                            _registry=registry) -> nn.Module:
+            """Build ``backbone`` and swap its activations (see
+            :func:`swap_activations`)."""
+            model = _registry.build(backbone)
+            swap_activations(model, act_cfg, target_types, untie, exclude)
+            _freeze_stem_activation(model)
+            return model
+
+        registry.register_module(name='ActSwapBackbone', module=ActSwapBackbone)
