@@ -1,0 +1,293 @@
+"""APA and AGLU (paper 000, Eq. 5, 6, 13; DESIGN §2).
+
+With ``t = l * exp(-k z)`` and ``a = ln(l) - k z`` (so ``t = e^a``)::
+
+    eta(z; k, l)  = (1 + t) ** (-1 / l) = exp(-softplus(a) / l)     APA
+    AGLU(z; k, l) = z * eta(z; k, l)
+
+``softplus(a) = log1p(t)`` is the stable form of App. A (written there as
+``exp((1/l) * softplus(k z - ln l, beta=-1))``). With ``g = sigmoid(a) =
+t / (1 + t)``, so that ``1 / (l + e^{kz}) = g / l``, the derivatives are::
+
+    d eta / dz = eta * k * g / l
+    d eta / dk = eta * z * g / l
+    d eta / dl = eta * (softplus(a) - g) / l^2
+    d AGLU / dz = eta * (1 + k z g / l)
+    d AGLU / dk = z^2 * eta * g / l
+    d AGLU / dl = z * eta * (softplus(a) - g) / l^2
+
+The ``softplus(a) / l^2`` term of the lambda gradient is the one missing from
+the paper's Eq. 8 and from the reference backward.
+
+Both operators are ``torch.autograd.Function`` s that save only the input and
+the (tiny) parameters, recompute ``eta`` in backward and reduce the parameter
+gradients in the same pass. Half-precision inputs are evaluated in float32 and
+the result is returned in the input's dtype.
+"""
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ['apa', 'aglu', 'apa_reference', 'aglu_reference']
+
+ParamLike = Union[Tensor, float]
+
+
+def _check_input(x: Tensor, op: str) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f'{op}: input must be a torch.Tensor, '
+                        f'got {type(x).__name__}')
+    if not x.is_floating_point():
+        raise TypeError(f'{op}: input must be a floating-point tensor '
+                        '(float16, bfloat16, float32 or float64), '
+                        f'got dtype {x.dtype}')
+
+
+def _as_param(p: ParamLike, x: Tensor, name: str) -> Tensor:
+    if isinstance(p, Tensor):
+        return p
+    return torch.tensor(float(p), dtype=torch.float32, device=x.device)
+
+
+def _channel_dim(x: Tensor, channel_dim: int) -> int:
+    if not -x.dim() <= channel_dim < x.dim():
+        raise ValueError(f'channel_dim={channel_dim} is out of range for an '
+                         f'input with {x.dim()} dims')
+    return channel_dim % x.dim()
+
+
+def _broadcast_shape(p: Tensor, x: Tensor, channel_dim: int,
+                     name: str) -> Tuple[int, ...]:
+    """Shape that makes a parameter with 1 or C values broadcast against x."""
+    if p.numel() == 1:
+        return ()
+    dim = _channel_dim(x, channel_dim)
+    channels = x.shape[dim]
+    if p.numel() != channels:
+        raise ValueError(
+            f'{name} has {p.numel()} values (num_parameters={p.numel()}) but '
+            f'the input has {channels} channels at dim {dim} (shape '
+            f'{tuple(x.shape)}); use num_parameters=1 or {channels}, or set '
+            'channel_dim to the channel axis')
+    shape = [1] * x.dim()
+    shape[dim] = channels
+    return tuple(shape)
+
+
+def _reduce_dims(x: Tensor, shape: Tuple[int, ...]) -> Optional[list]:
+    """Dims to sum a parameter gradient over; None means "all, to a scalar"."""
+    if len(shape) == 0:
+        return None
+    return [d for d in range(x.dim()) if shape[d] == 1]
+
+
+def _dot(u: Tensor, v: Tensor, dims: Optional[list]) -> Tensor:
+    """sum(u * v) over ``dims`` (all when None); may overwrite ``u``."""
+    if dims is None:
+        return torch.dot(u.reshape(-1), v.reshape(-1))
+    return u.mul_(v).sum(dims, keepdim=True)
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    # float16 / bfloat16 -> float32, float32 -> float32, float64 -> float64
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def _prepare(x: Tensor, kappa: Tensor, lam: Tensor, channel_dim: int):
+    cdt = _compute_dtype(x)
+    z = x.to(cdt)
+    k = kappa.detach().to(cdt).reshape(
+        _broadcast_shape(kappa, x, channel_dim, 'kappa'))
+    lam_shape = _broadcast_shape(lam, x, channel_dim, 'lambda')
+    l = lam.detach().to(cdt).reshape(lam_shape)  # noqa: E741
+    return z, k, l
+
+
+def _grad_to_param(grad: Optional[Tensor], p: Tensor) -> Optional[Tensor]:
+    if grad is None:
+        return None
+    return grad.reshape(p.shape).to(p.dtype)
+
+
+def _eta_parts(z: Tensor, k: Tensor, l: Tensor):  # noqa: E741
+    """Recompute (softplus(a), sigmoid(a), eta) with a = ln l - k z."""
+    a = torch.addcmul(torch.log(l), z, k, value=-1.0)
+    sp = F.softplus(a)
+    g = a.sigmoid_()
+    eta = torch.mul(sp, -1.0 / l).exp_()
+    return sp, g, eta
+
+
+class _APAFunction(torch.autograd.Function):
+    """eta(z; k, l) with recompute-in-backward (saves only the input)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
+                channel_dim: int) -> Tensor:
+        z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+        a = torch.addcmul(torch.log(l), z, k, value=-1.0)
+        eta = F.softplus(a).mul_(-1.0 / l).exp_()
+        ctx.save_for_backward(x, kappa, lam)
+        ctx.channel_dim = channel_dim
+        return eta.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        x, kappa, lam = ctx.saved_tensors
+        need_x, need_k, need_l = ctx.needs_input_grad[:3]
+        z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741
+        inv_l = 1.0 / l
+        sp, g, w = _eta_parts(z, k, l)
+        w.mul_(grad_out.to(z.dtype))  # w = go * eta
+        grad_x = grad_k = grad_l = None
+        if need_l:
+            # d eta / dl = eta * (sp - g) / l^2
+            q = sp.sub_(g)
+            grad_l = _dot(q, w, _reduce_dims(x, l.shape)) * inv_l * inv_l
+        p = g.mul_(w)  # go * eta * g
+        if need_x:
+            grad_x = torch.mul(p, k * inv_l).to(x.dtype)
+        if need_k:
+            grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
+        return (grad_x, _grad_to_param(grad_k, kappa),
+                _grad_to_param(grad_l, lam), None)
+
+
+class _AGLUFunction(torch.autograd.Function):
+    """z * eta(z; k, l) with recompute-in-backward (saves only the input)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
+                channel_dim: int) -> Tensor:
+        z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+        a = torch.addcmul(torch.log(l), z, k, value=-1.0)
+        out = F.softplus(a).mul_(-1.0 / l).exp_().mul_(z)
+        ctx.save_for_backward(x, kappa, lam)
+        ctx.channel_dim = channel_dim
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        x, kappa, lam = ctx.saved_tensors
+        need_x, need_k, need_l = ctx.needs_input_grad[:3]
+        z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741
+        inv_l = 1.0 / l
+        sp, g, w = _eta_parts(z, k, l)
+        w.mul_(grad_out.to(z.dtype))  # w = go * eta
+        grad_x = grad_k = grad_l = None
+        if need_l:
+            # d AGLU / dl = z * eta * (sp - g) / l^2
+            q = sp.sub_(g).mul_(z)
+            grad_l = _dot(q, w, _reduce_dims(x, l.shape)) * inv_l * inv_l
+        p = g.mul_(z).mul_(w)  # go * eta * z * g
+        if need_x:
+            # d AGLU / dz = eta + eta * z * g * k / l
+            grad_x = w.addcmul_(p, k * inv_l).to(x.dtype)
+        if need_k:
+            # d AGLU / dk = z^2 * eta * g / l
+            grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
+        return (grad_x, _grad_to_param(grad_k, kappa),
+                _grad_to_param(grad_l, lam), None)
+
+
+def _composite_eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
+    """Stable eta written with standard differentiable ops (export path)."""
+    return torch.exp(-F.softplus(torch.log(l) - k * z) / l)
+
+
+def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
+         lambda_min: float, channel_dim: int, op: str,
+         with_input: bool) -> Tensor:
+    _check_input(x, op)
+    if not lambda_min > 0:
+        raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
+    kappa = _as_param(kappa, x, 'kappa')
+    lam = _as_param(lambda_, x, 'lambda').clamp(min=lambda_min)
+    if torch.onnx.is_in_onnx_export():
+        # Compose standard ops so that any exporter can translate it.
+        z, k, l = x.to(_compute_dtype(x)), None, None  # noqa: E741
+        k = kappa.to(z.dtype).reshape(
+            _broadcast_shape(kappa, x, channel_dim, 'kappa'))
+        l = lam.to(z.dtype).reshape(  # noqa: E741
+            _broadcast_shape(lam, x, channel_dim, 'lambda'))
+        eta = _composite_eta(z, k, l)
+        return (z * eta if with_input else eta).to(x.dtype)
+    return fn.apply(x, kappa, lam, channel_dim)
+
+
+def apa(x: Tensor,
+        kappa: ParamLike,
+        lambda_: ParamLike,
+        lambda_min: float = 1e-4,
+        channel_dim: int = 1) -> Tensor:
+    """Adaptive Parametric Activation ``(1 + l e^{-k x})^{-1/l}``.
+
+    Args:
+        x (Tensor): Floating-point input of any shape.
+        kappa (Tensor | float): Slope ``k``; one value or one per channel.
+        lambda_ (Tensor | float): Shape ``l``; one value or one per channel.
+            It is clamped to ``lambda_min`` from below.
+        lambda_min (float): Lower clamp of ``lambda_``; must be > 0.
+            Defaults to 1e-4.
+        channel_dim (int): Axis of ``x`` that per-channel parameters follow
+            (1 for NCHW, -1 for NLC). Defaults to 1.
+
+    Returns:
+        Tensor: ``eta(x)`` with the dtype and shape of ``x``.
+    """
+    return _run(_APAFunction, x, kappa, lambda_, lambda_min, channel_dim,
+                'apa', with_input=False)
+
+
+def aglu(x: Tensor,
+         kappa: ParamLike,
+         lambda_: ParamLike,
+         lambda_min: float = 1e-4,
+         channel_dim: int = 1) -> Tensor:
+    """Adaptive Generalised Linear Unit ``x * (1 + l e^{-k x})^{-1/l}``.
+
+    ``kappa = lambda_ = 1`` is SiLU, ``lambda_ -> 0`` the Gumbel gate.
+
+    Args:
+        x (Tensor): Floating-point input of any shape.
+        kappa (Tensor | float): Slope ``k``; one value or one per channel.
+        lambda_ (Tensor | float): Shape ``l``; one value or one per channel.
+            It is clamped to ``lambda_min`` from below.
+        lambda_min (float): Lower clamp of ``lambda_``; must be > 0.
+            Defaults to 1e-4.
+        channel_dim (int): Axis of ``x`` that per-channel parameters follow
+            (1 for NCHW, -1 for NLC). Defaults to 1.
+
+    Returns:
+        Tensor: ``x * eta(x)`` with the dtype and shape of ``x``.
+    """
+    return _run(_AGLUFunction, x, kappa, lambda_, lambda_min, channel_dim,
+                'aglu', with_input=True)
+
+
+def apa_reference(x: Tensor, kappa: Tensor, lambda_: Tensor) -> Tensor:
+    """APA written directly from the paper formula (Eq. 5), plain autograd.
+
+    For tests and benchmarks only: not stable and saves many tensors.
+
+    Args:
+        x (Tensor): Input.
+        kappa (Tensor): Broadcastable slope.
+        lambda_ (Tensor): Broadcastable shape parameter (> 0).
+    """
+    return (lambda_ * torch.exp(-kappa * x) + 1)**(-1 / lambda_)
+
+
+def aglu_reference(x: Tensor, kappa: Tensor, lambda_: Tensor) -> Tensor:
+    """AGLU written directly from the paper formula (Eq. 6), plain autograd.
+
+    For tests and benchmarks only: not stable and saves many tensors.
+
+    Args:
+        x (Tensor): Input.
+        kappa (Tensor): Broadcastable slope.
+        lambda_ (Tensor): Broadcastable shape parameter (> 0).
+    """
+    return x * apa_reference(x, kappa, lambda_)
