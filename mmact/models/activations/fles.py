@@ -1,0 +1,393 @@
+"""FleS activation (flexible scaling, paper 004) as an mmengine module.
+
+Channel count
+-------------
+Stock backbones (mmpretrain PoolFormer, ConvNeXt, mmcv ConvModule, ...) build
+activations from ``act_cfg`` without a channel count. ``FleS`` therefore takes
+``channels=None`` by default and is then a *lazy module*
+(:class:`torch.nn.modules.lazy.LazyModuleMixin`): its MLP parameters are
+:class:`~torch.nn.parameter.UninitializedParameter` until either
+
+* the first forward, which reads ``C`` from the input, or
+* ``load_state_dict`` / mmengine ``load_checkpoint``, which materialise them
+  from the checkpoint's shapes (so a fresh model loads a checkpoint with
+  ``strict=True`` without any forward).
+
+Optimizers, DDP and ``init_weights`` need real parameters, so a model with
+lazy FleS layers must see one forward before they are built. Use
+:func:`materialize_lazy_modules` (a no-grad dry run in eval mode that restores
+every module's training flag), or in an mmengine config wrap the model so the
+Runner builds it already materialised::
+
+    model = dict(type='MaterializedModel', input_shape=(1, 3, 224, 224),
+                 model=dict(type='ImageClassifier', ...))
+
+``MaterializedModel`` is a builder function: it returns the inner model itself
+(state-dict keys unchanged). Passing ``channels=C`` explicitly gives an eager
+module with no dry run needed.
+"""
+import math
+import warnings
+from typing import Callable, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import BaseModel, BaseModule
+from mmengine.registry import MODELS
+from torch import Tensor
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import UninitializedParameter
+
+from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
+                            fles_apply, fles_fused, fles_mlp_scales,
+                            fles_proto_scales, fles_reference,
+                            window_geometry)
+
+__all__ = ['FleS', 'materialize_lazy_modules', 'build_materialized_model']
+
+_DATA_FORMATS = (None, 'channels_first', 'channels_last')
+
+
+def _positive_int(value, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'{name} must be a positive int, got {value!r}')
+    return value
+
+
+@MODELS.register_module()
+class FleS(LazyModuleMixin, BaseModule):
+    r"""FleS: :math:`\phi(x) = k_{ve}\,\rho(k_{ho} x)\,x`.
+
+    ``(k_ve, k_ho) = softplus(MLP_ve(xbar)), softplus(MLP_ho(xbar))`` with
+    ``MLP = Linear(C, C // r) -> ReLU -> Linear(C // r, C)``, evaluated at
+    every indicator window (a 1x1 convolution on the window grid). The last
+    layers start with zero weight and bias ``init_bias`` (0.6), so every
+    scale starts at ``softplus(0.6) ~= 1.0375`` (paper E.2): FleS starts as
+    ``1.0375 * rho(1.0375 x) * x``.
+
+    The indicator ``xbar`` (paper Eq. 5, "effective mean response") is, per
+    channel and per sample, ``sum(relu(x)) / max(count(x >= 0), 1)`` over
+
+    * the whole feature map (``window_size=None``, classification),
+    * each window of a grid (``window_size=(h, w)``; tiles by default, border
+      tiles cut at the border with their own counts; ``stride < window``
+      gives overlapping windows and each pixel then gets the *average* of
+      the scales of all windows covering it),
+    * all tokens of a ``(B, L, C)`` input.
+
+    A window larger than the feature map is clamped to the map (a one-time
+    warning per module), so e.g. a detector's small deep-stage maps use the
+    whole map. Outputs never depend on other samples of the batch (training
+    and eval), except with ``proto=True``.
+
+    Args:
+        channels (int, optional): Number of channels ``C``. ``None`` (default)
+            makes the module lazy (see the module docstring).
+        window_size (int | tuple[int, int], optional): Indicator window
+            ``(h, w)``; ``None`` means the whole map. COCO default in the
+            paper: ``(9, 15)``.
+        stride (int | tuple[int, int], optional): Window stride, at most
+            ``window_size``; defaults to ``window_size`` (tiles).
+        reduction (int): MLP reduction ratio ``r`` (hidden ``C // r``).
+            Must not exceed ``C``. Defaults to 32 (paper E.18).
+        gate (str): ``rho``: ``'sigmoid'`` (default), ``'erf'`` (GELU-like),
+            ``'tanh_softplus'`` (Mish-like) or ``'tanh_gate'`` (E.14).
+        indicator (str): ``'positive'`` (default, Eq. 5), ``'softplus'``
+            (learnable per-channel ``gamma_c``, ``beta_c``, Eq. 65),
+            ``'quasi_linear'`` (Eq. 66, threshold ``eta``) or ``'mean'``
+            (positive-and-negative mean; ablation).
+        eta (float): Threshold of the quasi-linear indicator. Defaults to 0.1.
+        proto (bool): FleS-Proto (Eq. 4, 6): per-layer scalars on batch
+            statistics normalised across channels instead of the MLP.
+            **Ablation only**: outputs depend on the whole batch, also in
+            eval. Needs ``window_size=None`` and the positive indicator.
+        data_format (str, optional): ``'channels_first'`` or
+            ``'channels_last'``. ``None``: 4-D inputs are ``(N, C, H, W)``
+            and 3-D inputs are tokens ``(B, L, C)``. Use ``'channels_last'``
+            for ``(N, H, W, C)`` maps (e.g. ConvNeXt's linear pointwise
+            convs) and ``'channels_first'`` for ``(B, C, L)`` sequences.
+        init_bias (float): Initial pre-softplus value of every scale.
+        fused (bool): Use the memory-lean fused op on contiguous
+            channels-first inputs (saves only the input for backward).
+            Defaults to True; ``False`` runs the composite autograd version.
+        inplace (bool): Accepted and ignored (mmcv's ConvModule injects
+            ``inplace=True``); FleS never modifies its input.
+        init_cfg (dict, optional): mmengine init config.
+    """
+
+    cls_to_become = None
+
+    def __init__(self,
+                 channels: Optional[int] = None,
+                 window_size: Union[None, int, Tuple[int, int]] = None,
+                 stride: Union[None, int, Tuple[int, int]] = None,
+                 reduction: int = 32,
+                 gate: str = 'sigmoid',
+                 indicator: str = 'positive',
+                 eta: float = 0.1,
+                 proto: bool = False,
+                 data_format: Optional[str] = None,
+                 init_bias: float = 0.6,
+                 fused: bool = True,
+                 inplace: bool = False,
+                 init_cfg: Optional[dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if gate not in FLES_GATES:
+            raise ValueError(
+                f'FleS: unknown gate {gate!r}; choose one of {FLES_GATES}')
+        if indicator not in FLES_INDICATORS:
+            raise ValueError(f'FleS: unknown indicator {indicator!r}; '
+                             f'choose one of {FLES_INDICATORS}')
+        if data_format not in _DATA_FORMATS:
+            raise ValueError(f'FleS: data_format must be one of '
+                             f'{_DATA_FORMATS}, got {data_format!r}')
+        if not eta > 0:
+            raise ValueError(f'FleS: eta must be > 0, got {eta!r}')
+        self.window_size, self.stride = check_window_args(window_size, stride)
+        self.reduction = _positive_int(reduction, 'reduction')
+        if channels is not None:
+            channels = _positive_int(channels, 'channels')
+            self._check_reduction(channels)
+        if proto and (self.window_size is not None
+                      or indicator != 'positive'):
+            raise ValueError(
+                'FleS(proto=True) uses batch-global positive-only statistics; '
+                f'got window_size={window_size!r}, indicator={indicator!r}')
+        self.gate = gate
+        self.indicator = indicator
+        self.eta = float(eta)
+        self.proto = proto
+        self.data_format = data_format
+        self.init_bias = float(init_bias)
+        self.fused = fused
+        self._warned_clamp = False
+
+        if proto:
+            # index 0: k_ve, index 1: k_ho (paper: alpha=1e-3, gamma=0.6)
+            self.proto_alpha = nn.Parameter(torch.empty(2))
+            self.proto_gamma = nn.Parameter(torch.empty(2))
+        else:
+            names = ['fc1_weight', 'fc1_bias', 'fc2_weight', 'fc2_bias']
+            if indicator == 'softplus':
+                names += ['ind_gamma', 'ind_beta']
+            for name in names:
+                if channels is None:
+                    param = UninitializedParameter()
+                else:
+                    param = nn.Parameter(
+                        torch.empty(self._param_shapes(channels)[name]))
+                self.register_parameter(name, param)
+        if not self.has_uninitialized_params():
+            self.reset_parameters()
+
+    # ------------------------------------------------------------------
+    def _check_reduction(self, channels: int) -> None:
+        if self.reduction > channels:
+            raise ValueError(
+                f'FleS: reduction={self.reduction} is larger than the channel '
+                f'count {channels}; the MLP hidden size C // r would be 0. '
+                'Use reduction <= channels.')
+
+    def _param_shapes(self, channels: int) -> dict:
+        hidden = channels // self.reduction
+        return dict(
+            fc1_weight=(2, hidden, channels),
+            fc1_bias=(2, hidden),
+            fc2_weight=(2, channels, hidden),
+            fc2_bias=(2, channels),
+            ind_gamma=(channels, ),
+            ind_beta=(channels, ))
+
+    @property
+    def channels(self) -> Optional[int]:
+        """Channel count, or None while lazy and not yet materialised."""
+        if self.proto or self.has_uninitialized_params():
+            return None
+        return self.fc2_bias.shape[-1]
+
+    def reset_parameters(self) -> None:
+        """Identity-safe init: every scale equals ``softplus(init_bias)``."""
+        if self.proto:
+            nn.init.constant_(self.proto_alpha, 1e-3)
+            nn.init.constant_(self.proto_gamma, self.init_bias)
+            return
+        bound = 1.0 / math.sqrt(self.fc1_weight.shape[-1])
+        nn.init.uniform_(self.fc1_weight, -bound, bound)
+        nn.init.uniform_(self.fc1_bias, -bound, bound)
+        nn.init.zeros_(self.fc2_weight)
+        nn.init.constant_(self.fc2_bias, self.init_bias)
+        if self.indicator == 'softplus':
+            nn.init.ones_(self.ind_gamma)
+            nn.init.zeros_(self.ind_beta)
+
+    def initialize_parameters(self, x: Tensor, *args, **kwargs) -> None:
+        """LazyModuleMixin hook: materialise from the first input."""
+        if not self.has_uninitialized_params():
+            return
+        channels = self._layout(x)[1]
+        self._check_reduction(channels)
+        shapes = self._param_shapes(channels)
+        with torch.no_grad():
+            for name, param in self.named_parameters(recurse=False):
+                if isinstance(param, UninitializedParameter):
+                    param.materialize(
+                        shapes[name], device=x.device, dtype=x.dtype
+                        if x.is_floating_point() else None)
+            self.reset_parameters()
+
+    # ------------------------------------------------------------------
+    def _layout(self, x: Tensor) -> Tuple[str, int]:
+        """('nchw' | 'nhwc' | 'blc' | 'bcl', channels) of an input."""
+        fmt = self.data_format
+        if x.dim() == 4:
+            if fmt == 'channels_last':
+                return 'nhwc', x.shape[-1]
+            return 'nchw', x.shape[1]
+        if x.dim() == 3:
+            if fmt == 'channels_first':
+                return 'bcl', x.shape[1]
+            return 'blc', x.shape[-1]
+        raise ValueError(
+            'FleS expects a 4-D feature map (N, C, H, W) or 3-D tokens '
+            f'(B, L, C); got a {x.dim()}-D input of shape {tuple(x.shape)}')
+
+    def forward(self, x: Tensor) -> Tensor:
+        layout, channels = self._layout(x)
+        if self.channels is not None and channels != self.channels:
+            raise ValueError(
+                f'FleS was built for {self.channels} channels but the input '
+                f'of shape {tuple(x.shape)} ({layout}) has {channels}')
+        if layout in ('blc', 'bcl') and self.window_size is not None:
+            raise ValueError(
+                f'FleS window_size={self.window_size} needs a 4-D feature '
+                f'map; tokens of shape {tuple(x.shape)} have no spatial '
+                'layout (use window_size=None)')
+        # (N, C, H, W) view of the input
+        if layout == 'nhwc':
+            xc = x.permute(0, 3, 1, 2)
+        elif layout == 'blc':
+            xc = x.transpose(1, 2).unsqueeze(-1)
+        elif layout == 'bcl':
+            xc = x.unsqueeze(-1)
+        else:
+            xc = x
+
+        in_dtype = x.dtype
+        low_precision = in_dtype in (torch.float16, torch.bfloat16)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            if low_precision:
+                xc = xc.float()
+            y = self._fles(xc)
+            if low_precision:
+                y = y.to(in_dtype)
+
+        if layout == 'nhwc':
+            return y.permute(0, 2, 3, 1)
+        if layout == 'blc':
+            return y.squeeze(-1).transpose(1, 2)
+        if layout == 'bcl':
+            return y.squeeze(-1)
+        return y
+
+    def _fles(self, x: Tensor) -> Tensor:
+        if self.proto:
+            k_ve, k_ho = fles_proto_scales(x, self.proto_alpha.float(),
+                                           self.proto_gamma.float())
+            return fles_apply(x, k_ve, k_ho, self.gate)
+        h, w = x.shape[-2:]
+        geom = window_geometry(h, w, self.window_size, self.stride)
+        if geom.clamped and not self._warned_clamp:
+            self._warned_clamp = True
+            warnings.warn(
+                f'FleS: window_size {self.window_size} is larger than the '
+                f'{h}x{w} feature map; clamped to {geom.window} (warned once '
+                'per module)')
+        params = [
+            p.to(x.dtype) for p in (self.fc1_weight, self.fc1_bias,
+                                    self.fc2_weight, self.fc2_bias)
+        ]
+        gamma = beta = None
+        if self.indicator == 'softplus':
+            gamma, beta = self.ind_gamma.to(x.dtype), self.ind_beta.to(x.dtype)
+        kwargs = dict(
+            gate=self.gate,
+            mode=self.indicator,
+            gamma=gamma,
+            beta=beta,
+            eta=self.eta,
+            scale_fn=fles_mlp_scales)
+        if self.fused and x.is_contiguous():
+            return fles_fused(x, geom, params, **kwargs)
+        return fles_reference(x, geom, params, **kwargs)
+
+    def extra_repr(self) -> str:
+        return (f'channels={self.channels}, window_size={self.window_size}, '
+                f'stride={self.stride}, reduction={self.reduction}, '
+                f'gate={self.gate!r}, indicator={self.indicator!r}, '
+                f'proto={self.proto}')
+
+
+def _uninitialized(model: nn.Module) -> list:
+    return [
+        name for name, module in model.named_modules()
+        if isinstance(module, LazyModuleMixin)
+        and module.has_uninitialized_params()
+    ]
+
+
+def materialize_lazy_modules(model: nn.Module,
+                             *inputs,
+                             forward: Optional[Callable] = None,
+                             **kwargs) -> nn.Module:
+    """Materialise every lazy module of ``model`` with one dry-run forward.
+
+    Runs ``forward(*inputs, **kwargs)`` (default: ``model`` itself) under
+    ``torch.no_grad()`` with all modules of ``model`` in eval mode (so BN
+    statistics and dropout are untouched), then restores each module's own
+    training flag. Does nothing when no lazy module is left. Call it before
+    building the optimizer, wrapping in DDP or calling ``init_weights``.
+
+    Args:
+        model: the model whose lazy modules must be materialised.
+        *inputs, **kwargs: arguments of the dry-run call.
+        forward: what to call, e.g. ``model.backbone`` or
+            ``model.extract_feat``; defaults to ``model``.
+
+    Raises:
+        RuntimeError: if some lazy modules were not reached by the forward.
+    """
+    if not _uninitialized(model):
+        return model
+    flags = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        with torch.no_grad():
+            (model if forward is None else forward)(*inputs, **kwargs)
+    finally:
+        for module, flag in flags.items():
+            module.training = flag
+    left = _uninitialized(model)
+    if left:
+        raise RuntimeError('materialize_lazy_modules: the dry run did not '
+                           f'reach these lazy modules: {left}')
+    return model
+
+
+@MODELS.register_module(name='MaterializedModel')
+def build_materialized_model(model: dict,
+                             input_shape: Sequence[int] = (1, 3, 224, 224),
+                             submodule: Optional[str] = None) -> nn.Module:
+    """Config builder: build ``model`` and materialise its lazy modules.
+
+    Returns the built model itself (not a wrapper), so checkpoints keep their
+    keys. The dry run feeds zeros of ``input_shape`` to ``model.<submodule>``
+    (e.g. ``'backbone'`` for detectors, whose full forward needs data
+    samples) or to the whole model; mmengine ``BaseModel``\\ s are called with
+    ``mode='tensor'``.
+    """
+    built = MODELS.build(model)
+    target = built if submodule is None else built.get_submodule(submodule)
+    kwargs = dict(mode='tensor') if isinstance(target, BaseModel) else {}
+    return materialize_lazy_modules(
+        built, torch.zeros(*input_shape), forward=target, **kwargs)
