@@ -1,5 +1,7 @@
 from .compat import check_mmcv, patch_lvis_numpy
 from .dist import setup_cpu_distributed
+from .param_groups import activation_paramwise_cfg
 
-__all__ = ['check_mmcv', 'patch_lvis_numpy', 'setup_cpu_distributed']
+__all__ = ['check_mmcv', 'patch_lvis_numpy', 'setup_cpu_distributed',
+           'activation_paramwise_cfg']
 from .swap import swap_activations, untie_activations  # noqa: F401
