@@ -83,7 +83,7 @@ V3DET_TOY_CLASSES: Tuple[str, ...] = (
 SHAPE_KINDS: Tuple[str, ...] = ('ellipse', 'rectangle', 'triangle', 'diamond',
                                 'hexagon', 'star')
 
-#: Formats known to :func:`toy_classes` and ``tools/misc/generate_toy_data.py``.
+#: Formats of :func:`toy_classes` and `tools/misc/generate_toy_data.py`.
 TOY_FORMATS: Tuple[str, ...] = ('coco', 'lvis', 'v3det', 'objects365', 'cls')
 
 _JPEG_QUALITY = 95
@@ -391,9 +391,13 @@ def _covering_labels(rng: np.random.Generator, num_images: int,
     """Per-image label lists with 1..max_instances distinct labels each.
 
     Labels are uniform, except that all classes are used once before any is
-    repeated (every class is present when there are enough slots).
+    repeated, and images get more labels when needed for that: every class
+    is present when ``num_images * max_instances >= num_classes``.
     """
     counts = rng.integers(1, max_instances + 1, size=num_images)
+    need = min(num_classes, num_images * max_instances)
+    while num_images and counts.sum() < need:
+        counts[int(np.argmin(counts))] += 1
     queue = list(rng.permutation(num_classes))
     out = []
     for n in counts:
