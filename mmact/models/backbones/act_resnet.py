@@ -249,6 +249,12 @@ class _ActResNetMixin:
             for param in self.relu.parameters():
                 param.requires_grad = False
 
+    def train(self, mode: bool = True) -> nn.Module:
+        """Upstream ``train`` returns None, which breaks ``model.eval()``
+        chaining; return the module as ``nn.Module.train`` does."""
+        super().train(mode)
+        return self
+
     def init_weights(self) -> None:
         """Check a ``Pretrained`` checkpoint's layout, then load as upstream.
 
