@@ -414,23 +414,31 @@ def _covering_labels(rng: np.random.Generator, num_images: int,
     return out
 
 
-def lvis_frequency_thresholds(num_train: int) -> Tuple[int, int]:
+def lvis_frequency_thresholds(num_train: int,
+                              num_classes: int = 20) -> Tuple[int, int]:
     """Image-count thresholds of the toy LVIS frequency groups.
 
     LVIS labels a category rare with 1-10 training images, common with
-    11-100 and frequent with more, out of ~100k images. The toy set keeps
-    the rule but scales the thresholds to its size: rare up to
-    ``max(1, round(num_train / 12))`` images, common up to
-    ``max(rare_max + 1, round(num_train / 4))``, frequent above.
+    11-100 and frequent with more (out of ~100k images). The toy set keeps
+    the rule but scales the thresholds to its size. With
+    ``mean = 3 * num_train / num_classes`` (the image count per category if
+    every image held three categories spread evenly), a category is rare up
+    to ``max(1, round(0.6 * mean))`` images, common up to
+    ``max(rare_max + 1, round(2 * mean))`` (at most ``num_train - 1``) and
+    frequent above.
 
     Args:
-        num_train (int): Number of training images.
+        num_train (int): Number of training images (at least 3).
+        num_classes (int): Number of categories.
 
     Returns:
         tuple[int, int]: ``(rare_max, common_max)``.
     """
-    rare_max = max(1, round(num_train / 12))
-    common_max = max(rare_max + 1, round(num_train / 4))
+    if num_train < 3:
+        raise ValueError('the toy LVIS set needs num_train >= 3')
+    mean = 3 * num_train / num_classes
+    common_max = min(num_train - 1, max(2, round(2 * mean)))
+    rare_max = min(common_max - 1, max(1, round(0.6 * mean)))
     return rare_max, common_max
 
 
@@ -469,24 +477,33 @@ def _lvis_target_counts(rng: np.random.Generator, num_train: int,
         n_r -= 1
         n_c = 1
     f_hi = max(common_max + 1, round(num_train / 2))
-    groups = [
-        np.linspace(f_hi, common_max + 1, n_f),
-        np.linspace(common_max, rare_max + 1, n_c),
-        np.linspace(rare_max, 1, n_r),
+    lows = [common_max + 1] * n_f + [rare_max + 1] * n_c + [1] * n_r
+    highs = [
+        float(v) for v in (*np.linspace(f_hi, common_max + 1, n_f),
+                           *np.linspace(common_max, rare_max + 1, n_c),
+                           *np.linspace(rare_max, 1, n_r))
     ]
-    counts = [int(round(v)) for g in groups for v in g]
+    capacity = num_train * max_instances
+    # Many categories on few images: squeeze every group towards its lower
+    # bound (which keeps its frequency) until the pairs fit in the images.
+    for step in range(100, -1, -1):
+        counts = [
+            int(round(lo + (hi - lo) * step / 100))
+            for lo, hi in zip(lows, highs)
+        ]
+        if sum(counts) <= capacity:
+            break
+    else:
+        raise ValueError(f'{num_classes} long-tailed categories need at '
+                         f'least {sum(counts)} category-image pairs but '
+                         f'{num_train} images hold at most {capacity}; '
+                         'raise num_train or lower num_classes')
     # every image needs one category: top frequent categories up if short
     i = 0
     while sum(counts) < num_train:
         if counts[i % n_f] < num_train:
             counts[i % n_f] += 1
         i += 1
-    capacity = num_train * max_instances
-    if sum(counts) > capacity:
-        raise ValueError(f'{num_classes} long-tailed categories need '
-                         f'{sum(counts)} category-image pairs but '
-                         f'{num_train} images hold at most {capacity}; '
-                         'raise num_train or lower num_classes')
     # frequency is independent of the category id, as in LVIS
     order = rng.permutation(num_classes)
     out = [0] * num_classes
@@ -820,7 +837,7 @@ def generate_lvis(out_dir: str,
     """
     width, height = _check_size(image_size, 32)
     names = toy_classes('lvis', num_classes)
-    d_rare, d_common = lvis_frequency_thresholds(num_train)
+    d_rare, d_common = lvis_frequency_thresholds(num_train, num_classes)
     rare_max = d_rare if rare_max is None else int(rare_max)
     common_max = d_common if common_max is None else int(common_max)
     if not 1 <= rare_max < common_max:

@@ -20,6 +20,10 @@ from mmact.testing import (COCO_CATEGORY_IDS, category_appearance,
                            lvis_frequency, lvis_frequency_thresholds,
                            toy_classes)
 
+# pycocotools' mask decoding warns on numpy 2 once per call; not ours
+pytestmark = pytest.mark.filterwarnings(
+    'ignore:__array__ implementation:DeprecationWarning')
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SMALL = dict(num_train=6, num_val=4, num_classes=5)
 
@@ -160,8 +164,11 @@ def test_lvis_frequency_rule():
     assert [lvis_frequency(n, 2, 6) for n in (1, 2, 3, 6, 7, 100)] == [
         'r', 'r', 'c', 'c', 'f', 'f'
     ]
-    rare_max, common_max = lvis_frequency_thresholds(24)
-    assert 1 <= rare_max < common_max < 24
+    assert lvis_frequency_thresholds(24, 20) == (2, 7)
+    for num_train, num_classes in ((3, 3), (10, 40), (24, 20), (400, 100)):
+        rare_max, common_max = lvis_frequency_thresholds(
+            num_train, num_classes)
+        assert 1 <= rare_max < common_max < num_train
 
 
 def test_cli(tmp_path, capsys):
@@ -292,7 +299,7 @@ def test_lvis_long_tail(lvis_root):
     val = LVIS(osp.join(lvis_root, 'annotations/lvis_v1_val.json'))
     thr = train.dataset['info']['frequency_thresholds']
     assert (thr['rare_max'],
-            thr['common_max']) == lvis_frequency_thresholds(24)
+            thr['common_max']) == lvis_frequency_thresholds(24, 20)
     cats = train.load_cats(train.get_cat_ids())
     assert len(cats) == 20 and len(train.get_img_ids()) == 24
     assert [c['id'] for c in cats] == list(range(1, 21))
