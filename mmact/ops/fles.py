@@ -49,6 +49,10 @@ FLES_GATES = ('sigmoid', 'erf', 'tanh_softplus', 'tanh_gate')
 #: Indicator variants (paper Eq. 5, E.15, App. D / Tab. 4 P&N ablation).
 FLES_INDICATORS = ('positive', 'softplus', 'quasi_linear', 'mean')
 
+#: Numerical floor of k_ho (softplus can underflow to 0 in float32; the fused
+#: op divides by k_ho). Below it k_ho receives no gradient.
+K_HO_MIN = 1e-6
+
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -351,7 +355,8 @@ def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
             vertical (k_ve) MLP, index 1 the horizontal (k_ho) MLP.
 
     Returns:
-        Two ``(N, C, nh, nw)`` tensors, both positive.
+        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
+        at :data:`K_HO_MIN`).
     """
     n, c, gh, gw = ind.shape
     flat = ind.reshape(n, c, gh * gw)
@@ -360,7 +365,7 @@ def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
     out = torch.einsum('kch,knhg->kncg', fc2_weight, hidden)
     out = F.softplus(out + fc2_bias[:, None, :, None])
     out = out.reshape(2, n, c, gh, gw)
-    return out[0], out[1]
+    return out[0], out[1].clamp_min(K_HO_MIN)
 
 
 def fles_proto_scales(x: Tensor, alpha: Tensor,
@@ -431,6 +436,31 @@ def _transform_grad(x: Tensor, mode: str, eta: float) -> Tensor:
     return torch.where(x >= eta, torch.ones_like(x), low)
 
 
+# phi0(u) = u * rho(u / c) for each gate, with its in-place form and backward:
+# rho(z) = base(c z) / (c z), so k_ve * rho(k_ho x) * x
+#        = k_ve / (c k_ho) * base(c k_ho x).
+_BASE = {
+    'sigmoid': (lambda u: F.silu(u, inplace=True), torch.ops.aten.silu_backward,
+                1.0),
+    'tanh_gate': (lambda u: F.silu(u, inplace=True),
+                  torch.ops.aten.silu_backward, 2.0),
+    'erf': (torch.ops.aten.gelu_,
+            lambda g, u: torch.ops.aten.gelu_backward(g, u, approximate='none'),
+            1.0),
+    'tanh_softplus': (lambda u: F.mish(u, inplace=True),
+                      torch.ops.aten.mish_backward, 1.0),
+}
+
+
+def _window_dot(a: Tensor, b: Tensor, geom: WindowGeometry) -> Tensor:
+    """Window sums of ``a * b`` for 3-D blocks (global: no temporary)."""
+    if geom.is_global:
+        n = a.shape[0]
+        return torch.bmm(a.reshape(n, 1, -1), b.reshape(n, -1, 1)).view(
+            n, 1, 1)
+    return window_sum(a * b, geom)
+
+
 class _FleSFunction(torch.autograd.Function):
     """Fused FleS: forward and backward save only ``x`` (plus tiny tensors).
 
@@ -438,6 +468,13 @@ class _FleSFunction(torch.autograd.Function):
     channel planes (each block ~``block_bytes``), so intermediates stay in
     cache. Derivatives of the gate are analytic; the scale MLP is re-run in
     backward on the (small) indicator grid and differentiated with autograd.
+
+    With tiles or a global window the scales are constant per window and the
+    gate is evaluated through the fused native kernels (SiLU / GELU / Mish):
+    ``y = k_ve / (c k_ho) * base(c k_ho x)``; the window gradients follow
+    from ``d/dk_ve = sum g base(u) / (c k_ho)`` and
+    ``d/dk_ho = k_ve / (c k_ho^2) * sum g (u base'(u) - base(u))``.
+    Overlapping windows use per-pixel averaged scales and direct formulas.
     """
 
     @staticmethod
@@ -483,23 +520,27 @@ class _FleSFunction(torch.autograd.Function):
         k_ve, k_ho = scale_fn(ind, *params)
         kv = k_ve.reshape(planes, nh, nw)
         ko = k_ho.reshape(planes, nh, nw)
-        cover = window_coverage(geom, x.device,
-                                x.dtype) if geom.overlapping else None
-        for i in range(0, planes, block):
-            sl = slice(i, i + block)
-            xs, buf = xf[sl], out[sl]
-            kom = window_scatter(ko[sl], geom, index)
-            kvm = window_scatter(kv[sl], geom, index)
-            if cover is not None:
-                kom = kom / cover
-                kvm = kvm / cover
-            torch.mul(xs, kom, out=buf)
-            _gate_inplace(buf, gate)
-            buf.mul_(xs).mul_(kvm)
+        if geom.overlapping:
+            cover = window_coverage(geom, x.device, x.dtype)
+            for i in range(0, planes, block):
+                sl = slice(i, i + block)
+                xs, buf = xf[sl], out[sl]
+                torch.mul(xs, window_scatter(ko[sl], geom) / cover, out=buf)
+                _gate_inplace(buf, gate)
+                buf.mul_(xs).mul_(window_scatter(kv[sl], geom) / cover)
+        else:
+            base, _, cst = _BASE[gate]
+            ko_c = ko * cst
+            ratio = kv / ko_c
+            for i in range(0, planes, block):
+                sl = slice(i, i + block)
+                xs, buf = xf[sl], out[sl]
+                torch.mul(xs, window_scatter(ko_c[sl], geom, index), out=buf)
+                base(buf)
+                buf.mul_(window_scatter(ratio[sl], geom, index))
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
         ctx.scale_fn, ctx.block = scale_fn, block
         ctx.has_gamma = gamma is not None
-        ctx.num_params = len(params)
         extra = [gamma, beta] if gamma is not None else []
         ctx.save_for_backward(x, ind, count, *extra, *params)
         return out.view_as(x)
@@ -523,8 +564,6 @@ class _FleSFunction(torch.autograd.Function):
         gf = grad_out.reshape(planes, h, w)
         index = None if geom.is_global or geom.overlapping else _tile_index(
             geom, x.device)
-        cover = window_coverage(geom, x.device,
-                                x.dtype) if geom.overlapping else None
 
         with torch.enable_grad():
             ind_leaf = ind.detach().requires_grad_()
@@ -534,29 +573,40 @@ class _FleSFunction(torch.autograd.Function):
         ko = k_ho.detach().reshape(planes, nh, nw)
 
         grad_x = torch.empty_like(xf)
-        g_ve = x.new_empty(planes, nh, nw)
-        g_ho = x.new_empty(planes, nh, nw)
-        for i in range(0, planes, block):
-            sl = slice(i, i + block)
-            xs, gs = xf[sl], gf[sl]
-            kom = window_scatter(ko[sl], geom, index)
-            kvm = window_scatter(kv[sl], geom, index)
-            if cover is not None:
-                kom = kom / cover
-                kvm = kvm / cover
-            u = xs * kom
-            r, dr = fles_gate_and_grad(u, gate)
-            a = gs * xs
-            p_ve = a * r
-            # d/dk_ho (pixel) = g * k_ve * x^2 * rho'(u)
-            p_ho = a.mul_(xs).mul_(dr).mul_(kvm)
-            if cover is not None:
-                p_ve = p_ve / cover
-                p_ho = p_ho / cover
-            g_ve[sl] = window_sum(p_ve, geom)
-            g_ho[sl] = window_sum(p_ho, geom)
-            # dy/dx = k_ve * (rho(u) + u * rho'(u))
-            torch.addcmul(r, u, dr, out=grad_x[sl]).mul_(kvm).mul_(gs)
+        if geom.overlapping:
+            g_ve = x.new_empty(planes, nh, nw)
+            g_ho = x.new_empty(planes, nh, nw)
+            cover = window_coverage(geom, x.device, x.dtype)
+            for i in range(0, planes, block):
+                sl = slice(i, i + block)
+                xs, gs = xf[sl], gf[sl]
+                kom = window_scatter(ko[sl], geom) / cover
+                kvm = window_scatter(kv[sl], geom) / cover
+                u = xs * kom
+                r, dr = fles_gate_and_grad(u, gate)
+                a = gs * xs
+                # pixel gradients of the averaged scales, then E^T
+                g_ve[sl] = window_sum(a * r / cover, geom)
+                g_ho[sl] = window_sum(
+                    a.mul_(xs).mul_(dr).mul_(kvm).div_(cover), geom)
+                # dy/dx = k_ve * (rho(u) + u * rho'(u))
+                torch.addcmul(r, u, dr, out=grad_x[sl]).mul_(kvm).mul_(gs)
+        else:
+            base, base_grad, cst = _BASE[gate]
+            ko_c = ko * cst
+            s_hu = x.new_empty(planes, nh, nw)
+            s_gb = x.new_empty(planes, nh, nw)
+            for i in range(0, planes, block):
+                sl = slice(i, i + block)
+                xs, gs = xf[sl], gf[sl]
+                u = xs * window_scatter(ko_c[sl], geom, index)
+                hb = base_grad(gs, u)  # g * base'(u)
+                s_hu[sl] = _window_dot(hb, u, geom)
+                s_gb[sl] = _window_dot(base(u), gs, geom)
+                torch.mul(hb, window_scatter(kv[sl], geom, index),
+                          out=grad_x[sl])
+            g_ve = s_gb / ko_c
+            g_ho = (s_hu - s_gb).mul_(kv).div_(ko_c * ko)
 
         inputs = [ind_leaf] + leaves
         grads = torch.autograd.grad((k_ve, k_ho), inputs,
@@ -566,8 +616,7 @@ class _FleSFunction(torch.autograd.Function):
         param_grads = list(grads[1:])
         g_gamma = g_beta = None
         if g_ind is not None:
-            q = (g_ind.reshape(planes, nh, nw) / count)
-            gam = bet = None
+            q = g_ind.reshape(planes, nh, nw) / count
             if mode == 'softplus':
                 gam = gamma.repeat(n).view(planes, 1, 1)
                 bet = beta.repeat(n).view(planes, 1, 1)
@@ -578,10 +627,11 @@ class _FleSFunction(torch.autograd.Function):
                 xs = xf[sl]
                 qm = window_scatter(q[sl], geom, index)
                 if mode == 'softplus':
-                    sig = torch.sigmoid(gam[sl] * xs + bet[sl])
-                    t = sig.mul_(qm)  # q * sigmoid(.)
+                    t = torch.sigmoid(gam[sl] * xs + bet[sl]).mul_(qm)
                     acc_beta[sl] = t.sum(dim=(-2, -1))
-                    acc_gamma[sl] = (t * xs).sum(dim=(-2, -1))
+                    acc_gamma[sl] = torch.bmm(
+                        t.reshape(t.shape[0], 1, -1),
+                        xs.reshape(t.shape[0], -1, 1)).view(-1)
                     grad_x[sl].addcmul_(t, gam[sl])
                 elif mode == 'mean':
                     grad_x[sl].add_(qm)
