@@ -222,7 +222,8 @@ def infer_backbone_config(state_dict: Dict[str, torch.Tensor]) -> dict:
 def expected_backbone_keys(cfg: dict) -> Dict[str, torch.Size]:
     """State-dict keys and shapes of the backbone ``cfg`` builds.
 
-    Built on the ``meta`` device, so even ResNet-152 costs no memory.
+    Built on the CPU (upstream's constructor calls ``.item()``, which the
+    ``meta`` device does not support); ResNet-152 takes a few seconds.
 
     Args:
         cfg (dict): Output of :func:`infer_backbone_config`.
@@ -233,8 +234,7 @@ def expected_backbone_keys(cfg: dict) -> Dict[str, torch.Size]:
     from mmact.models.backbones import act_resnet
     cfg = dict(cfg)
     cls = getattr(act_resnet, cfg.pop('type'))
-    with torch.device('meta'):
-        model = cls(**cfg)
+    model = cls(**cfg)
     return {k: v.shape for k, v in model.state_dict().items()}
 
 

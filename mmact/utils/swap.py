@@ -69,24 +69,28 @@ def known_shared_activations() -> Dict[type, Tuple[str, int]]:
 
 
 class _CallSites(nn.Module):
-    """Send the k-th call within one forward of the owner to the k-th copy.
+    """Send the k-th call within one forward of the owner to ``owner.act{k}``.
 
-    The copies are registered on the owner (``act1``, ``act2``, ...), not
-    here, so the state dict has one entry per position and none for this
-    dispatcher. The owner's forward pre-hook resets the counter; the counter
-    is taken modulo the number of sites, so a checkpointed block
-    (``with_cp=True``) that recomputes its inner part in backward, i.e. the
-    first ``k - 1`` calls, reaches the right copies again.
+    The per-position modules are registered on the owner (``act1``,
+    ``act2``, ...), not here, so the state dict has one entry per position
+    and none for this dispatcher, and a later swap that replaces
+    ``owner.act2`` is picked up (lookup by name at call time). The owner's
+    forward pre-hook resets the counter; the counter is taken modulo the
+    number of sites, so a checkpointed block (``with_cp=True``) that
+    recomputes its inner part in backward, i.e. the first ``k - 1`` calls,
+    reaches the right modules again.
 
     Args:
-        sites (list[nn.Module]): Per-position modules, in call order.
+        owner (nn.Module): Block whose forward calls this module.
+        names (sequence[str]): Attribute names of the sites, in call order.
     """
 
-    def __init__(self, sites: List[nn.Module]) -> None:
+    def __init__(self, owner: nn.Module, names: Sequence[str]) -> None:
         super().__init__()
-        # A plain list keeps them out of this module's registration; deepcopy
-        # and pickle still map them to the owner's (copied) modules.
-        self._sites = list(sites)
+        # A plain list keeps the owner unregistered (no cycle in
+        # named_modules); deepcopy and pickle map it to the copied owner.
+        self._owner = [owner]
+        self._names = tuple(names)
         self._calls = 0
 
     def reset(self, *args) -> None:
@@ -94,12 +98,12 @@ class _CallSites(nn.Module):
         self._calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        site = self._sites[self._calls % len(self._sites)]
+        name = self._names[self._calls % len(self._names)]
         self._calls += 1
-        return site(x)
+        return getattr(self._owner[0], name)(x)
 
     def extra_repr(self) -> str:
-        return f'call sites: {len(self._sites)}'
+        return f'dispatches to {", ".join(self._names)}'
 
 
 def untie_activations(
@@ -130,10 +134,9 @@ def untie_activations(
         if taken:
             raise ValueError(f'cannot untie {name or type(block).__name__}: '
                              f'it already has attributes {taken}')
-        sites = [copy.deepcopy(shared) for _ in site_names]
-        for site_name, site in zip(site_names, sites):
-            block.add_module(site_name, site)
-        dispatcher = _CallSites(sites)
+        for site_name in site_names:
+            block.add_module(site_name, copy.deepcopy(shared))
+        dispatcher = _CallSites(block, site_names)
         setattr(block, attr, dispatcher)
         block.register_forward_pre_hook(dispatcher.reset)
         untied.append(name)
@@ -252,6 +255,9 @@ def register_swap_backbone(registries: Sequence) -> None:
             :func:`swap_activations`)."""
             model = _registry.build(backbone)
             swap_activations(model, act_cfg, target_types, untie, exclude)
+            # The new modules were created after upstream froze its stages.
+            if hasattr(model, '_freeze_stages'):
+                model._freeze_stages()
             _freeze_stem_activation(model)
             return model
 
