@@ -24,11 +24,13 @@ the (tiny) parameters, recompute ``eta`` in backward and reduce the parameter
 gradients in the same pass. Half-precision inputs are evaluated in float32 and
 the result is returned in the input's dtype.
 """
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ._cpu_kernel import CpuKernel, get_kernel
 
 __all__ = ['apa', 'aglu', 'apa_reference', 'aglu_reference']
 
@@ -45,7 +47,7 @@ def _check_input(x: Tensor, op: str) -> None:
                         f'got dtype {x.dtype}')
 
 
-def _as_param(p: ParamLike, x: Tensor, name: str) -> Tensor:
+def _as_param(p: ParamLike, x: Tensor) -> Tensor:
     if isinstance(p, Tensor):
         return p
     return torch.tensor(float(p), dtype=torch.float32, device=x.device)
@@ -120,63 +122,63 @@ def _eta_parts(z: Tensor, k: Tensor, l: Tensor):  # noqa: E741
     return sp, g, eta
 
 
-class _APAFunction(torch.autograd.Function):
-    """eta(z; k, l) with recompute-in-backward (saves only the input)."""
+_MIN_KERNEL_NUMEL = 4096
 
-    @staticmethod
-    def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-                channel_dim: int) -> Tensor:
-        z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+
+def _fused_kernel(z: Tensor) -> Optional[CpuKernel]:
+    """The fused CPU kernel when it applies to ``z`` (eager float32 CPU)."""
+    if (z.numel() < _MIN_KERNEL_NUMEL or not CpuKernel.usable(z)
+            or torch.compiler.is_compiling() or torch.jit.is_tracing()):
+        return None
+    return get_kernel()
+
+
+def _eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+                 channel_dim: int) -> Tensor:
+    z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+    kernel = _fused_kernel(z)
+    if kernel is not None:
+        out = kernel.forward(name, z, kappa, lam, channel_dim)
+    else:
         a = torch.addcmul(torch.log(l), z, k, value=-1.0)
-        eta = F.softplus(a).mul_(-1.0 / l).exp_()
-        ctx.save_for_backward(x, kappa, lam)
-        ctx.channel_dim = channel_dim
-        return eta.to(x.dtype)
+        out = F.softplus(a).mul_(-1.0 / l).exp_()
+        if name == 'aglu':
+            out.mul_(z)
+    return out.to(x.dtype)
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        x, kappa, lam = ctx.saved_tensors
-        need_x, need_k, need_l = ctx.needs_input_grad[:3]
-        z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741
-        inv_l = 1.0 / l
-        sp, g, w = _eta_parts(z, k, l)
-        w.mul_(grad_out.to(z.dtype))  # w = go * eta
-        grad_x = grad_k = grad_l = None
+
+def _eta_backward(name: str, ctx, grad_out: Tensor):
+    x, kappa, lam = ctx.saved_tensors
+    need_x, need_k, need_l = ctx.needs_input_grad[:3]
+    z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741
+    kernel = _fused_kernel(z)
+    if kernel is not None:
+        grad_x, sum_k, sum_l = kernel.backward(name, z, grad_out, kappa, lam,
+                                               ctx.channel_dim)
+        l64 = lam.detach().to(torch.float64).reshape(-1)
+        grad_k = sum_k / l64 if need_k else None
+        grad_l = sum_l / (l64 * l64) if need_l else None
+        grad_x = grad_x.to(x.dtype) if need_x else None
+        return (grad_x, _grad_to_param(grad_k, kappa),
+                _grad_to_param(grad_l, lam), None)
+
+    inv_l = 1.0 / l
+    sp, g, w = _eta_parts(z, k, l)
+    w.mul_(grad_out.to(z.dtype))  # w = go * eta
+    grad_x = grad_k = grad_l = None
+    if name == 'apa':
         if need_l:
             # d eta / dl = eta * (sp - g) / l^2
             q = sp.sub_(g)
             grad_l = _dot(q, w, _reduce_dims(x, l.shape)) * inv_l * inv_l
         p = g.mul_(w)  # go * eta * g
         if need_x:
+            # d eta / dz = eta * g * k / l
             grad_x = torch.mul(p, k * inv_l).to(x.dtype)
         if need_k:
+            # d eta / dk = eta * g * z / l
             grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
-        return (grad_x, _grad_to_param(grad_k, kappa),
-                _grad_to_param(grad_l, lam), None)
-
-
-class _AGLUFunction(torch.autograd.Function):
-    """z * eta(z; k, l) with recompute-in-backward (saves only the input)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-                channel_dim: int) -> Tensor:
-        z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
-        a = torch.addcmul(torch.log(l), z, k, value=-1.0)
-        out = F.softplus(a).mul_(-1.0 / l).exp_().mul_(z)
-        ctx.save_for_backward(x, kappa, lam)
-        ctx.channel_dim = channel_dim
-        return out.to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        x, kappa, lam = ctx.saved_tensors
-        need_x, need_k, need_l = ctx.needs_input_grad[:3]
-        z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741
-        inv_l = 1.0 / l
-        sp, g, w = _eta_parts(z, k, l)
-        w.mul_(grad_out.to(z.dtype))  # w = go * eta
-        grad_x = grad_k = grad_l = None
+    else:
         if need_l:
             # d AGLU / dl = z * eta * (sp - g) / l^2
             q = sp.sub_(g).mul_(z)
@@ -188,8 +190,38 @@ class _AGLUFunction(torch.autograd.Function):
         if need_k:
             # d AGLU / dk = z^2 * eta * g / l
             grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
-        return (grad_x, _grad_to_param(grad_k, kappa),
-                _grad_to_param(grad_l, lam), None)
+    return (grad_x, _grad_to_param(grad_k, kappa),
+            _grad_to_param(grad_l, lam), None)
+
+
+class _APAFunction(torch.autograd.Function):
+    """eta(z; k, l) with recompute-in-backward (saves only the input)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
+                channel_dim: int) -> Tensor:
+        ctx.save_for_backward(x, kappa, lam)
+        ctx.channel_dim = channel_dim
+        return _eta_forward('apa', x, kappa, lam, channel_dim)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        return _eta_backward('apa', ctx, grad_out)
+
+
+class _AGLUFunction(torch.autograd.Function):
+    """z * eta(z; k, l) with recompute-in-backward (saves only the input)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
+                channel_dim: int) -> Tensor:
+        ctx.save_for_backward(x, kappa, lam)
+        ctx.channel_dim = channel_dim
+        return _eta_forward('aglu', x, kappa, lam, channel_dim)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        return _eta_backward('aglu', ctx, grad_out)
 
 
 def _composite_eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
@@ -203,8 +235,8 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     _check_input(x, op)
     if not lambda_min > 0:
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
-    kappa = _as_param(kappa, x, 'kappa')
-    lam = _as_param(lambda_, x, 'lambda').clamp(min=lambda_min)
+    kappa = _as_param(kappa, x)
+    lam = _as_param(lambda_, x).clamp(min=lambda_min)
     if torch.onnx.is_in_onnx_export():
         # Compose standard ops so that any exporter can translate it.
         z, k, l = x.to(_compute_dtype(x)), None, None  # noqa: E741

@@ -1,0 +1,324 @@
+"""Fused float32 CPU kernels for APA / AGLU (optional fast path).
+
+Eager PyTorch needs about six passes over memory with three transcendental
+functions each way (softplus alone is exp + log1p); one fused loop does the
+same math in a single pass. The C source below is compiled on first use with
+the system C compiler (``$CC``, default ``cc``) into
+``$MMACT_CACHE_DIR`` (default ``~/.cache/mmact``), keyed by a hash of the
+source, the flags and the CPU capability, and loaded with :mod:`ctypes`.
+exp and log1p are inlined range-limited polynomials (both exponentials
+have non-positive arguments, log1p's argument lies in [0, 1]), so the
+loops vectorize without a vector math library.
+
+Nothing here is required: when no compiler is found, the build fails, the
+platform is not Linux/glibc, or ``MMACT_DISABLE_CPU_KERNEL=1`` is set,
+:func:`get_kernel` returns None and the ops use the plain torch path. The
+math is the one of :mod:`mmact.ops.apa`; tests compare both paths.
+"""
+import ctypes
+import hashlib
+import os
+import os.path as osp
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ['get_kernel', 'CpuKernel']
+
+_SOURCE = r"""
+#include <stdint.h>
+
+float logf(float);
+
+/* exp(x) for x <= 0 (both exponentials below only see such arguments).
+ * Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6
+ * polynomial fitted for relative error (1e-7 in float32); results below
+ * 2^-126 flush to 0. */
+static inline float exp_nonpos(float x) {
+    const float xc = x < -87.0f ? -87.0f : x;
+    const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.42860676533018738e-06f;
+    float p = 1.3843636e-3f;
+    p = p * r + 8.3741536e-3f;
+    p = p * r + 4.1668002e-2f;
+    p = p * r + 1.6666432e-1f;
+    p = p * r + 4.9999994e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return x < -87.0f ? 0.0f : p * scale.f;
+}
+
+/* log(1 + e) for 0 <= e <= 1 given s = e / (2 + e) <= 1/3: 2 atanh(s) with
+ * a degree-4 polynomial in s^2 fitted for relative error (4e-9). */
+static inline float log1p_from_s(float s) {
+    const float s2 = s * s;
+    float p = 0.28178244f;
+    p = p * s2 + 0.27960619f;
+    p = p * s2 + 0.40024910f;
+    p = p * s2 + 0.66666317f;
+    p = p * s2 + 2.0f;
+    return s * p;
+}
+
+#define BLOCK 2048
+
+/* x viewed as (outer, C, inner); parameter c = (i / inner) % C. */
+#define SEGMENT_LOOP(...)                                                  \
+    int64_t i = start;                                                     \
+    while (i < end) {                                                      \
+        const int64_t c = (i / inner) % C;                                 \
+        int64_t seg = (i / inner + 1) * inner;                             \
+        if (seg > end) seg = end;                                          \
+        const float k = kp[c], l = lp[c];                                  \
+        const float lnl = logf(l), ninvl = -1.0f / l, kinvl = k / l;       \
+        (void)kinvl;                                                       \
+        __VA_ARGS__                                                        \
+        i = seg;                                                           \
+    }
+
+#define ETA_PARTS                                                          \
+    const float z = x[j];                                                  \
+    const float a = lnl - k * z;                                           \
+    const float e = exp_nonpos(-__builtin_fabsf(a));                       \
+    const float sp = (a > 0.0f ? a : 0.0f) + log1p_from_s(e / (2.0f + e)); \
+    const float eta = exp_nonpos(sp * ninvl);
+
+/* Backward variant: one division gives both 1/(1+e) and 1/(2+e). */
+#define ETA_G_PARTS                                                        \
+    const float z = x[j];                                                  \
+    const float a = lnl - k * z;                                           \
+    const float e = exp_nonpos(-__builtin_fabsf(a));                       \
+    const float r = 1.0f / ((1.0f + e) * (2.0f + e));                      \
+    const float sp = (a > 0.0f ? a : 0.0f)                                 \
+                     + log1p_from_s(e * (1.0f + e) * r);                   \
+    const float eta = exp_nonpos(sp * ninvl);                              \
+    const float g = (a >= 0.0f ? 1.0f : e) * (2.0f + e) * r;
+
+void apa_fwd(const float* x, float* y, const float* kp, const float* lp,
+             int64_t C, int64_t inner, int64_t start, int64_t end) {
+    SEGMENT_LOOP(
+        _Pragma("omp simd")
+        for (int64_t j = i; j < seg; ++j) { ETA_PARTS y[j] = eta; }
+    )
+}
+
+void aglu_fwd(const float* x, float* y, const float* kp, const float* lp,
+              int64_t C, int64_t inner, int64_t start, int64_t end) {
+    SEGMENT_LOOP(
+        _Pragma("omp simd")
+        for (int64_t j = i; j < seg; ++j) { ETA_PARTS y[j] = z * eta; }
+    )
+}
+
+/* Backward: writes grad_x and adds per-channel sums to acck / accl:
+ *   APA:  gx = go*eta*g*k/l, acck += go*eta*g*z, accl += go*eta*(sp-g)
+ *   AGLU: gx = go*eta*(1 + k z g / l), acck += go*eta*g*z^2,
+ *         accl += go*eta*z*(sp-g)
+ * (the caller scales acck by 1/l and accl by 1/l^2). */
+#define BWD(NAME, GX, SK, SL)                                              \
+void NAME(const float* x, const float* go, float* gx, const float* kp,     \
+          const float* lp, int64_t C, int64_t inner, int64_t start,        \
+          int64_t end, double* acck, double* accl) {                       \
+    SEGMENT_LOOP(                                                          \
+        double dk = 0.0, dl = 0.0;                                         \
+        for (int64_t b = i; b < seg; b += BLOCK) {                         \
+            const int64_t be = b + BLOCK < seg ? b + BLOCK : seg;          \
+            float sk = 0.0f, sl = 0.0f;                                    \
+            _Pragma("omp simd reduction(+:sk,sl)")                         \
+            for (int64_t j = b; j < be; ++j) {                             \
+                ETA_G_PARTS                                                \
+                const float w = go[j] * eta;                               \
+                gx[j] = GX;                                                \
+                sk += SK;                                                  \
+                sl += SL;                                                  \
+            }                                                              \
+            dk += sk; dl += sl;                                            \
+        }                                                                  \
+        acck[c] += dk; accl[c] += dl;                                      \
+    )                                                                      \
+}
+
+BWD(apa_bwd, w * g * kinvl, w * g * z, w * (sp - g))
+BWD(aglu_bwd, w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g))
+"""
+
+_FLAGS = ['-O3', '-shared', '-fPIC', '-fopenmp-simd', '-fno-math-errno',
+          '-fno-trapping-math', '-ffp-contract=fast', '-std=gnu11']
+_MIN_PER_THREAD = 1 << 16
+_lock = threading.Lock()
+_kernel = None
+_tried = False
+
+
+def _reset_pool_after_fork() -> None:
+    # threads do not survive fork(); a child starts its own pool
+    if _kernel is not None:
+        _kernel._pool = None
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def _arch_flags() -> list:
+    if platform.machine() not in ('x86_64', 'AMD64'):
+        return []
+    cap = torch.backends.cpu.get_cpu_capability()
+    # libmvec has AVX2 variants; AVX512 machines use them too.
+    return ['-mavx2', '-mfma'] if cap in ('AVX2', 'AVX512') else []
+
+
+class CpuKernel:
+    """Handle on the compiled library; see module docstring."""
+
+    def __init__(self, path: str) -> None:
+        lib = ctypes.CDLL(path)
+        p, i64 = ctypes.c_void_p, ctypes.c_int64
+        for name in ('apa_fwd', 'aglu_fwd'):
+            getattr(lib, name).argtypes = [p, p, p, p, i64, i64, i64, i64]
+            getattr(lib, name).restype = None
+        for name in ('apa_bwd', 'aglu_bwd'):
+            getattr(lib, name).argtypes = [p, p, p, p, p, i64, i64, i64, i64,
+                                           p, p]
+            getattr(lib, name).restype = None
+        self.lib = lib
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    @staticmethod
+    def usable(z: Tensor) -> bool:
+        """Whether the kernel can evaluate ``z`` (plain float32 CPU data)."""
+        return (type(z) in (torch.Tensor, torch.nn.Parameter)
+                and z.device.type == 'cpu' and z.dtype == torch.float32
+                and z.layout == torch.strided)
+
+    def _ranges(self, n: int) -> list:
+        threads = max(1, min(torch.get_num_threads(), n // _MIN_PER_THREAD))
+        step = -(-n // threads)
+        step = -(-step // 64) * 64
+        return [(s, min(s + step, n)) for s in range(0, n, step)]
+
+    def _run(self, fn, ranges, make_args) -> None:
+        if len(ranges) == 1:
+            fn(*make_args(0, *ranges[0]))
+            return
+        if self._pool is None or self._pool._max_workers < len(ranges):
+            self._pool = ThreadPoolExecutor(len(ranges))
+        # ctypes releases the GIL during the call
+        futures = [
+            self._pool.submit(fn, *make_args(t, s, e))
+            for t, (s, e) in enumerate(ranges)
+        ]
+        for f in futures:
+            f.result()
+
+    @staticmethod
+    def _layout(z: Tensor, channels: int,
+                channel_dim: int) -> Tuple[int, int]:
+        if channels == 1:
+            return 1, max(z.numel(), 1)
+        dim = channel_dim % z.dim()
+        inner = 1
+        for s in z.shape[dim + 1:]:
+            inner *= s
+        return channels, inner
+
+    def forward(self, name: str, z: Tensor, k: Tensor, lam: Tensor,
+                channel_dim: int) -> Tensor:
+        """Forward of ``name`` ('apa' or 'aglu') for float32 ``z``."""
+        z = z.contiguous()
+        k = k.detach().to(torch.float32).contiguous()
+        lam = lam.detach().to(torch.float32).contiguous()
+        C, inner = self._layout(z, k.numel(), channel_dim)
+        y = torch.empty_like(z)
+        n = z.numel()
+        if n == 0:
+            return y
+        fn = getattr(self.lib, f'{name}_fwd')
+        args = (z.data_ptr(), y.data_ptr(), k.data_ptr(), lam.data_ptr(), C,
+                inner)
+        self._run(fn, self._ranges(n), lambda t, s, e: args + (s, e))
+        return y
+
+    def backward(self, name: str, z: Tensor, grad_out: Tensor, k: Tensor,
+                 lam: Tensor, channel_dim: int):
+        """Returns (grad_z, sum_k, sum_l) with sums of shape (C,) in float64,
+        still to be scaled by 1/l and 1/l^2."""
+        z = z.contiguous()
+        go = grad_out.to(torch.float32).contiguous()
+        k = k.detach().to(torch.float32).contiguous()
+        lam = lam.detach().to(torch.float32).contiguous()
+        C, inner = self._layout(z, k.numel(), channel_dim)
+        gx = torch.empty_like(z)
+        ranges = self._ranges(z.numel())
+        acc = torch.zeros(2, max(len(ranges), 1), C, dtype=torch.float64)
+        if z.numel():
+            fn = getattr(self.lib, f'{name}_bwd')
+            base = (z.data_ptr(), go.data_ptr(), gx.data_ptr(), k.data_ptr(),
+                    lam.data_ptr(), C, inner)
+            step = C * acc.element_size()
+            ak, al = acc[0].data_ptr(), acc[1].data_ptr()
+            self._run(
+                fn, ranges,
+                lambda t, s, e: base + (s, e, ak + t * step, al + t * step))
+        sums = acc.sum(1)
+        return gx, sums[0], sums[1]
+
+
+def _build() -> Optional[str]:
+    if platform.system() != 'Linux':
+        return None
+    cc = os.environ.get('CC', 'cc')
+    if shutil.which(cc) is None:
+        return None
+    flags = _FLAGS + _arch_flags()
+    tag = hashlib.sha1(
+        (_SOURCE + ' '.join(flags) + cc).encode()).hexdigest()[:16]
+    cache = os.environ.get('MMACT_CACHE_DIR',
+                           osp.join(osp.expanduser('~'), '.cache', 'mmact'))
+    path = osp.join(cache, f'apa_cpu_{tag}.so')
+    if osp.exists(path):
+        return path
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        src = osp.join(tmp, 'apa_cpu.c')
+        with open(src, 'w') as f:
+            f.write(_SOURCE)
+        out = osp.join(tmp, 'apa_cpu.so')
+        subprocess.run([cc, *flags, src, '-o', out, '-lm'],
+                       check=True, capture_output=True, timeout=120)
+        os.replace(out, path)  # atomic: concurrent builders are fine
+    return path
+
+
+def get_kernel() -> Optional[CpuKernel]:
+    """Return the compiled kernel, building it on first call, or None."""
+    global _kernel, _tried
+    if _tried:
+        return _kernel
+    with _lock:
+        if _tried:
+            return _kernel
+        if os.environ.get('MMACT_DISABLE_CPU_KERNEL', '0') not in ('', '0'):
+            _tried = True
+            return None
+        try:
+            path = _build()
+            _kernel = CpuKernel(path) if path else None
+        except Exception as e:  # compiler/loader problems -> torch path
+            warnings.warn(f'mmact: fused APA/AGLU CPU kernel unavailable '
+                          f'({type(e).__name__}: {str(e)[:200]}); using the '
+                          'slower torch implementation')
+            _kernel = None
+        _tried = True
+    return _kernel
