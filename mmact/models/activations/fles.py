@@ -228,12 +228,14 @@ class FleS(LazyModuleMixin, BaseModule):
         channels = self._layout(x)[1]
         self._check_reduction(channels)
         shapes = self._param_shapes(channels)
+        # parameters stay in full precision when the first input is
+        # fp16/bf16 (e.g. under autocast)
+        dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else None
         with torch.no_grad():
             for name, param in self.named_parameters(recurse=False):
                 if isinstance(param, UninitializedParameter):
                     param.materialize(
-                        shapes[name], device=x.device, dtype=x.dtype
-                        if x.is_floating_point() else None)
+                        shapes[name], device=x.device, dtype=dtype)
             self.reset_parameters()
 
     # ------------------------------------------------------------------
