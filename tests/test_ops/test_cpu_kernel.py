@@ -1,0 +1,110 @@
+"""Tests of the fused float32 CPU kernel behind mmact.ops.apa / aglu."""
+import importlib
+
+import pytest
+import torch
+
+from mmact.ops import aglu, apa
+from mmact.ops._cpu_kernel import CpuKernel, _build, get_kernel
+
+apa_mod = importlib.import_module('mmact.ops.apa')
+OPS = {'apa': apa, 'aglu': aglu}
+
+pytestmark = pytest.mark.skipif(
+    get_kernel() is None, reason='no C compiler: torch path only')
+
+
+def _run(op, x, k, lam, channel_dim, go):
+    x = x.detach().clone().requires_grad_()
+    k = k.detach().clone().requires_grad_()
+    lam = lam.detach().clone().requires_grad_()
+    y = op(x, k, lam, channel_dim=channel_dim)
+    y.backward(go.to(y.dtype))
+    return y.detach(), x.grad, k.grad, lam.grad
+
+
+def _inputs(shape, channels, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g) * 4
+    x.view(-1)[:8] = torch.tensor([-1e4, 1e4, -300., 300., 0., -1e-6, 88.,
+                                   -88.])
+    k = torch.rand(channels, generator=g) * 2 - 0.5
+    lam = torch.rand(channels, generator=g) + 1e-3
+    go = torch.rand(*shape, generator=g) + 0.5
+    return x, k, lam, go
+
+
+def test_dispatch():
+    big = torch.randn(2, 8, 16, 16)
+    assert apa_mod._fused_kernel(big) is not None
+    assert apa_mod._fused_kernel(big.double()) is None
+    assert apa_mod._fused_kernel(torch.randn(10)) is None
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('shape,channels,channel_dim', [
+    ((4, 8, 16, 16), 8, 1),
+    ((4, 8, 16, 16), 1, 1),
+    ((3, 400, 16), 16, -1),
+    ((2, 6, 20, 20), 20, 3),
+])
+def test_matches_float64(name, shape, channels, channel_dim):
+    op = OPS[name]
+    x, k, lam, go = _inputs(shape, channels)
+    assert apa_mod._fused_kernel(x) is not None
+    got = _run(op, x, k, lam, channel_dim, go)
+    want = _run(op, x.double(), k.double(), lam.double(), channel_dim,
+                go.double())
+    for a, b, what in zip(got, want, ('out', 'grad_x', 'grad_k', 'grad_l')):
+        assert a.dtype == torch.float32 and torch.isfinite(a).all(), what
+        torch.testing.assert_close(
+            a, b.float(), rtol=2e-5, atol=1e-5, msg=f'{name} {what}')
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_fused_equals_torch_path(name, monkeypatch):
+    op = OPS[name]
+    x, k, lam, go = _inputs((2, 16, 16, 16), 16, seed=3)
+    fused = _run(op, x, k, lam, 1, go)
+    monkeypatch.setattr(apa_mod, '_fused_kernel', lambda z: None)
+    plain = _run(op, x, k, lam, 1, go)
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_inputs_use_kernel_in_float32(dtype):
+    x, k, lam, go = _inputs((2, 8, 16, 16), 1, seed=4)
+    x = x.clamp(-60000, 60000).to(dtype)
+    y, gx, gk, gl = _run(aglu, x, k, lam, 1, go)
+    assert y.dtype == dtype and gx.dtype == dtype
+    for t in (y, gx, gk, gl):
+        assert torch.isfinite(t).all()
+    want = _run(aglu, x.double(), k.double(), lam.double(), 1, go.double())
+    torch.testing.assert_close(y, want[0].to(dtype))
+
+
+def test_threads_split_the_work():
+    x, k, lam, go = _inputs((8, 16, 32, 32), 16, seed=5)  # 2 x 65536
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _run(aglu, x, k, lam, 1, go)
+        torch.set_num_threads(2)
+        assert len(get_kernel()._ranges(x.numel())) == 2
+        two = _run(aglu, x, k, lam, 1, go)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+    torch.testing.assert_close(one[2], two[2])
+    torch.testing.assert_close(one[3], two[3])
+
+
+def test_build_from_scratch(tmp_path, monkeypatch):
+    monkeypatch.setenv('MMACT_CACHE_DIR', str(tmp_path))
+    path = _build()
+    assert path is not None and path.startswith(str(tmp_path))
+    kernel = CpuKernel(path)
+    x = torch.randn(8192)
+    y = kernel.forward('aglu', x, torch.ones(1), torch.ones(1), 1)
+    torch.testing.assert_close(y, torch.nn.functional.silu(x))
