@@ -5,7 +5,7 @@
     IGLU(x; s)        = x * (1/2 + arctan(s x) / pi)
     IGLU-APPROX(x; s) = (x / 2) * (1 + 2 relu(s x)) / (1 + |s x|)
 
-The gate of IGLU is the Cauchy CDF with scale ``1 / s``; large ``s`` tends to
+Half-precision inputs are evaluated in float32. The gate of IGLU is the Cauchy CDF with scale ``1 / s``; large ``s`` tends to
 ReLU, ``s -> 0`` to ``x / 2``. IGLU-APPROX replaces arctan by the rational
 ``(pi/2) * u / (1 + |u|)`` and needs no transcendental function.
 """
@@ -15,7 +15,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .apa import _check_input
+from .apa import _check_input, _compute_dtype
 
 __all__ = ['iglu', 'iglu_approx']
 
@@ -41,8 +41,9 @@ def iglu(x: Tensor, sigma: Union[Tensor, float] = 1.0) -> Tensor:
         Tensor: Same shape and dtype as ``x``.
     """
     _check_input(x, 'iglu')
-    s = _sigma(sigma, x)
-    return x * (0.5 + torch.atan(x * s) * (1.0 / math.pi))
+    z = x.to(_compute_dtype(x))  # half inputs are evaluated in float32
+    gate = 0.5 + torch.atan(z * _sigma(sigma, z)) * (1.0 / math.pi)
+    return (z * gate).to(x.dtype)
 
 
 def iglu_approx(x: Tensor, sigma: Union[Tensor, float] = 1.0) -> Tensor:
@@ -57,5 +58,7 @@ def iglu_approx(x: Tensor, sigma: Union[Tensor, float] = 1.0) -> Tensor:
         Tensor: Same shape and dtype as ``x``.
     """
     _check_input(x, 'iglu_approx')
-    u = x * _sigma(sigma, x)
-    return 0.5 * x * (1 + 2 * torch.relu(u)) / (1 + u.abs())
+    z = x.to(_compute_dtype(x))  # half inputs are evaluated in float32
+    u = z * _sigma(sigma, z)
+    gate = (0.5 + torch.relu(u)) / (1 + u.abs())
+    return (z * gate).to(x.dtype)
