@@ -15,7 +15,7 @@ model = dict(
     train_cfg=dict(
         rpn=dict(sampler=dict(num=128)),
         rpn_proposal=dict(nms_pre=500, max_per_img=200),
-        rcnn=dict(sampler=dict(num=128))),
+        rcnn=dict(sampler=dict(num=64))),
     test_cfg=dict(
         rpn=dict(nms_pre=500, max_per_img=200),
         rcnn=dict(max_per_img=50)))

@@ -1,0 +1,99 @@
+"""tools/dist_train.sh and dist_test.sh with 2 CPU processes (gloo)."""
+import os
+import pickle
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmact.testing import generate_coco
+
+REPO = Path(__file__).resolve().parents[2]
+TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return str(sock.getsockname()[1])
+
+
+def run(cmd, cwd):
+    env = dict(os.environ, PYTHON=sys.executable, PORT=free_port(),
+               PYTHONPATH=str(Path(__file__).parent))
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def metrics(log: str) -> dict:
+    return {k: float(v) for k, v in re.findall(r'(coco/\w+): (-?[\d.]+)', log)}
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """Two processes train one epoch (4 iterations each) and validate."""
+    cwd = tmp_path_factory.mktemp('dist')
+    generate_coco(str(cwd / 'data' / 'toy_coco'))
+    config = cwd / 'probe.py'
+    config.write_text(
+        f"_base_ = '{TOY_COCO}'\n"
+        "custom_imports = dict(imports=['mmact', 'dist_probe'], "
+        "allow_failed_imports=False)\n"
+        "custom_hooks = [dict(type='DistProbeHook')]\n"
+        "train_cfg = dict(max_epochs=1, val_interval=1)\n")
+    work_dir = cwd / 'work'
+    log = run(['bash', str(REPO / 'tools/dist_train.sh'), str(config), '2',
+               '--work-dir', str(work_dir)], cwd)
+    return cwd, config, work_dir, log
+
+
+def test_ranks_hold_identical_parameters(trained):
+    _, _, work_dir, log = trained
+    assert 'CPUDistributedDataParallel' in log or 'world_size: 2' in log
+    rank0 = torch.load(work_dir / 'params_rank0.pth')
+    rank1 = torch.load(work_dir / 'params_rank1.pth')
+    assert rank0.keys() == rank1.keys() and len(rank0) > 100
+    initial = torch.load(work_dir / 'epoch_1.pth')['state_dict']
+    changed = 0
+    for name, value in rank0.items():
+        torch.testing.assert_close(value, rank1[name], rtol=0, atol=0)
+        changed += not torch.equal(value, initial[name]) or 0
+    assert changed == 0  # the checkpoint holds exactly the trained weights
+
+
+def test_only_rank0_writes_the_checkpoint(trained):
+    _, _, work_dir, _ = trained
+    assert (work_dir / 'saved_by_rank0').exists()
+    assert not (work_dir / 'saved_by_rank1').exists()
+    assert (work_dir / 'epoch_1.pth').exists()
+
+
+def test_dist_test_matches_single_process(trained):
+    cwd, config, work_dir, _ = trained
+    checkpoint = str(work_dir / 'epoch_1.pth')
+    single = run([sys.executable, str(REPO / 'tools/test.py'), str(config),
+                  checkpoint, '--work-dir', str(cwd / 'single'), '--out',
+                  str(cwd / 'single.pkl')], cwd)
+    double = run(['bash', str(REPO / 'tools/dist_test.sh'), str(config),
+                  checkpoint, '2', '--work-dir', str(cwd / 'double'), '--out',
+                  str(cwd / 'double.pkl')], cwd)
+    assert metrics(single) and metrics(single) == metrics(double)
+    with open(cwd / 'single.pkl', 'rb') as f:
+        single_preds = pickle.load(f)
+    with open(cwd / 'double.pkl', 'rb') as f:
+        double_preds = pickle.load(f)
+    assert len(single_preds) == len(double_preds) == 8
+    for a, b in zip(single_preds, double_preds):
+        assert a['img_id'] == b['img_id']
+        torch.testing.assert_close(a['pred_instances']['bboxes'],
+                                   b['pred_instances']['bboxes'])
+        torch.testing.assert_close(a['pred_instances']['scores'],
+                                   b['pred_instances']['scores'])
