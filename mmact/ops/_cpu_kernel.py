@@ -39,35 +39,33 @@ _SOURCE = r"""
 float logf(float);
 
 /* exp(x) for x <= 0 (both exponentials below only see such arguments).
- * Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6
- * polynomial fitted for relative error (1e-7 in float32); results below
- * 2^-126 flush to 0. */
+ * Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-5
+ * polynomial fitted for relative error (2e-7 in float32). Arguments below
+ * -87 return exp(-87) ~ 1.6e-38 instead of a denormal or 0 (no select). */
 static inline float exp_nonpos(float x) {
     const float xc = x < -87.0f ? -87.0f : x;
     const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
     float r = xc - n * 0.693145751953125f;
     r = r - n * 1.42860676533018738e-06f;
-    float p = 1.3843636e-3f;
-    p = p * r + 8.3741536e-3f;
-    p = p * r + 4.1668002e-2f;
-    p = p * r + 1.6666432e-1f;
-    p = p * r + 4.9999994e-1f;
-    p = p * r + 1.0f;
+    float p = 8.2902974e-3f;
+    p = p * r + 4.1897912e-2f;
+    p = p * r + 1.6667636e-1f;
+    p = p * r + 4.9999151e-1f;
+    p = p * r + 9.9999970e-1f;
     p = p * r + 1.0f;
     union { int32_t i; float f; } scale;
     scale.i = ((int32_t)n + 127) << 23;
-    return x < -87.0f ? 0.0f : p * scale.f;
+    return p * scale.f;
 }
 
 /* log(1 + e) for 0 <= e <= 1 given s = e / (2 + e) <= 1/3: 2 atanh(s) with
- * a degree-4 polynomial in s^2 fitted for relative error (4e-9). */
+ * a cubic in s^2 fitted for relative error (2e-7). */
 static inline float log1p_from_s(float s) {
     const float s2 = s * s;
-    float p = 0.28178244f;
-    p = p * s2 + 0.27960619f;
-    p = p * s2 + 0.40024910f;
-    p = p * s2 + 0.66666317f;
-    p = p * s2 + 2.0f;
+    float p = 0.34225806f;
+    p = p * s2 + 0.39589497f;
+    p = p * s2 + 0.66676003f;
+    p = p * s2 + 1.99999964f;
     return s * p;
 }
 

@@ -68,8 +68,11 @@ def test_fused_equals_torch_path(name, monkeypatch):
     fused = _run(op, x, k, lam, 1, go)
     monkeypatch.setattr(apa_mod, '_fused_kernel', lambda z: None)
     plain = _run(op, x, k, lam, 1, go)
-    for a, b in zip(fused, plain):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused[0], plain[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused[1], plain[1], rtol=1e-5, atol=1e-5)
+    # parameter gradients are float32 sums of 8192 terms in another order
+    torch.testing.assert_close(fused[2], plain[2], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fused[3], plain[3], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
