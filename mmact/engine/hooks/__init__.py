@@ -1,1 +1,3 @@
-__all__ = []
+from .gol_frequency import GOLFrequencyHook
+
+__all__ = ['GOLFrequencyHook']
