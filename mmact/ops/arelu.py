@@ -4,6 +4,10 @@
 
     f(x) = C(alpha) * x             x < 0,   C clamps to [0.01, 0.99]
     f(x) = (1 + sigmoid(beta)) * x  x >= 0
+
+A ``torch.autograd.Function`` that saves only the input (and the two
+scalars); ``d f / d alpha = sum_{x<0} x`` (zero outside the clamp range, as in
+the paper) and ``d f / d beta = sigmoid'(beta) * sum_{x>=0} x``.
 """
 from typing import Union
 
@@ -20,7 +24,48 @@ def _scalar(p: Union[Tensor, float], name: str, x: Tensor) -> Tensor:
         p = torch.tensor(float(p), device=x.device)
     if p.numel() != 1:
         raise ValueError(f'{name} must hold a single value, got {p.numel()}')
-    return p.reshape(()).to(x.dtype)
+    return p
+
+
+def _scales(alpha: Tensor, beta: Tensor, dtype: torch.dtype):
+    neg = alpha.detach().reshape(()).clamp(0.01, 0.99).to(dtype)
+    pos = (1 + torch.sigmoid(beta.detach().reshape(()))).to(dtype)
+    return neg, pos
+
+
+class _AReLUFunction(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
+        ctx.save_for_backward(x, alpha, beta)
+        neg, pos = _scales(alpha, beta, x.dtype)
+        # x*neg + relu(x)*(pos - neg): x*pos for x >= 0, x*neg for x < 0
+        return torch.relu(x).mul_(pos - neg).addcmul_(x, neg)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        x, alpha, beta = ctx.saved_tensors
+        need_x, need_a, need_b = ctx.needs_input_grad
+        neg, pos = _scales(alpha, beta, x.dtype)
+        grad_x = grad_a = grad_b = None
+        if need_x:
+            grad_x = torch.where(x >= 0, pos, neg).mul_(grad_out)
+        if need_a or need_b:
+            acc = torch.promote_types(x.dtype, torch.float32)
+            xa = x.reshape(-1).to(acc)  # sums of half inputs in float32
+            go = grad_out.reshape(-1).to(acc)
+            s_pos = torch.dot(go, torch.relu(xa))
+            if need_b:
+                sig = torch.sigmoid(beta.detach().to(acc))
+                grad_b = (s_pos * sig * (1 - sig)).to(beta.dtype)
+            if need_a:
+                s_all = torch.dot(go, xa)
+                inside = ((alpha >= 0.01) & (alpha <= 0.99)).to(acc)
+                grad_a = ((s_all - s_pos) * inside).to(alpha.dtype)
+                grad_a = grad_a.reshape(alpha.shape)
+            if grad_b is not None:
+                grad_b = grad_b.reshape(beta.shape)
+        return grad_x, grad_a, grad_b
 
 
 def arelu(x: Tensor,
@@ -42,6 +87,10 @@ def arelu(x: Tensor,
         Tensor: Same shape and dtype as ``x``.
     """
     _check_input(x, 'arelu')
-    neg = _scalar(alpha, 'alpha', x).clamp(0.01, 0.99)
-    pos = 1 + torch.sigmoid(_scalar(beta, 'beta', x))
-    return torch.relu(x) * pos + torch.clamp(x, max=0) * neg
+    alpha = _scalar(alpha, 'alpha', x)
+    beta = _scalar(beta, 'beta', x)
+    if torch.onnx.is_in_onnx_export():
+        neg = alpha.reshape(()).clamp(0.01, 0.99).to(x.dtype)
+        pos = (1 + torch.sigmoid(beta.reshape(()))).to(x.dtype)
+        return torch.relu(x) * pos + torch.clamp(x, max=0) * neg
+    return _AReLUFunction.apply(x.contiguous(), alpha, beta)

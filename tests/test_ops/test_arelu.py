@@ -31,9 +31,36 @@ def test_gradcheck_and_clamp_gradient():
     assert a.grad.item() == 0.0  # no gradient through the clamp
 
 
-def test_half_and_errors():
-    x = torch.randn(8, dtype=torch.bfloat16)
-    assert arelu(x, torch.tensor([0.9]), torch.tensor([2.0])).dtype == x.dtype
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_inputs(dtype):
+    x64 = torch.randn(4096, dtype=torch.float64) * 10
+    x = x64.to(dtype).requires_grad_()
+    alpha = torch.tensor([0.3], requires_grad=True)
+    beta = torch.tensor([0.5], requires_grad=True)
+    y = arelu(x, alpha, beta)
+    assert y.dtype == dtype
+    y.sum().backward()
+    a64 = alpha.detach().double().requires_grad_()
+    b64 = beta.detach().double().requires_grad_()
+    arelu(x.detach().double(), a64, b64).sum().backward()
+    torch.testing.assert_close(alpha.grad.double(), a64.grad, rtol=1e-5,
+                               atol=1e-5)
+    torch.testing.assert_close(beta.grad.double(), b64.grad, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_saves_only_the_input():
+    x = torch.randn(4, 64, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(
+            lambda t: saved.append(t) or t, lambda t: t):
+        arelu(x, torch.tensor([0.9], requires_grad=True),
+              torch.tensor([2.0], requires_grad=True))
+    big = [t for t in saved if t.numel() > 1]
+    assert len(big) == 1 and big[0].data_ptr() == x.data_ptr()
+
+
+def test_errors():
     with pytest.raises(TypeError, match='floating-point'):
         arelu(torch.arange(3))
     with pytest.raises(ValueError, match='alpha must hold a single value'):

@@ -49,3 +49,22 @@ def test_dtypes_and_errors(fn):
         fn(torch.arange(4))
     with pytest.raises(ValueError, match='sigma must hold a single value'):
         fn(torch.randn(3), torch.ones(3))
+
+
+@pytest.mark.parametrize('fn', [iglu, iglu_approx])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_saves_only_the_input_and_half_backward(fn, dtype):
+    x = (torch.randn(8, 64) * 100).to(dtype).requires_grad_()
+    sigma = torch.tensor([2.0], requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(
+            lambda t: saved.append(t) or t, lambda t: t):
+        y = fn(x, sigma)
+    big = [t for t in saved if t.numel() > 1]
+    assert len(big) == 1 and big[0].data_ptr() == x.data_ptr()
+    y.sum().backward()
+    assert x.grad.dtype == dtype and torch.isfinite(x.grad).all()
+    s64 = sigma.detach().double().requires_grad_()
+    fn(x.detach().double(), s64).sum().backward()
+    torch.testing.assert_close(sigma.grad.double(), s64.grad, rtol=1e-4,
+                               atol=1e-4)
