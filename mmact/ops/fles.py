@@ -163,17 +163,7 @@ def window_sum(v: Tensor, geom: WindowGeometry) -> Tensor:
         v, geom.window, geom.stride, ceil_mode=True, divisor_override=1)
 
 
-def _tile_index(geom: WindowGeometry, device) -> Tensor:
-    """Flat window index of every pixel for non-overlapping tiles."""
-    kh, kw = geom.window
-    rows = torch.arange(geom.height, device=device) // kh
-    cols = torch.arange(geom.width, device=device) // kw
-    return (rows[:, None] * geom.grid[1] + cols[None, :]).reshape(-1)
-
-
-def window_scatter(k: Tensor,
-                   geom: WindowGeometry,
-                   index: Optional[Tensor] = None) -> Tensor:
+def window_scatter(k: Tensor, geom: WindowGeometry) -> Tensor:
     """Sum over all windows covering a pixel: ``(..., nh, nw) -> (..., H, W)``.
 
     This is the adjoint of :func:`window_sum`. For tiles it is a gather
@@ -182,14 +172,15 @@ def window_scatter(k: Tensor,
 
     Args:
         k: ``(n, nh, nw)`` or ``(N, C, nh, nw)``.
-        index: optional precomputed :func:`_tile_index` (tiles only).
     """
     if geom.is_global:
         return k.expand(*k.shape[:-2], geom.height, geom.width)
     lead = k.shape[:-2]
     if not geom.overlapping:
-        if index is None:
-            index = _tile_index(geom, k.device)
+        kh, kw = geom.window
+        rows = torch.arange(geom.height, device=k.device) // kh
+        cols = torch.arange(geom.width, device=k.device) // kw
+        index = (rows[:, None] * geom.grid[1] + cols[None, :]).reshape(-1)
         flat = k.reshape(-1, geom.grid[0] * geom.grid[1])
         out = flat.index_select(1, index)
         return out.view(*lead, geom.height, geom.width)
@@ -431,7 +422,7 @@ def _transform_grad(x: Tensor, mode: str, eta: float) -> Tensor:
     """f'(x) of the ``positive`` and ``quasi_linear`` indicator transforms
     (relu'(0) = 0, as in autograd)."""
     if mode == 'positive':
-        return torch.gt(x, 0, out=torch.empty_like(x))
+        return _mask(x, 0.0)
     low = torch.exp(torch.clamp(x / eta - 1.0, max=0.0))
     return torch.where(x >= eta, torch.ones_like(x), low)
 
@@ -452,6 +443,56 @@ _BASE = {
 }
 
 
+class _Tiling:
+    """Broadcast per-window values over pixels without materialising them.
+
+    For tiles (and the global window) the window grid ``(n, nh, nw)`` is
+    first expanded along the columns only (``(n, nh, W)``, small), then a
+    ``(n, H, W)`` block is viewed per band of tile rows as
+    ``(n, th, eh, W)`` against ``(n, th, 1, W)``: one broadcasting kernel
+    per band (full tile rows, then the cut bottom row), contiguous inner loop.
+    """
+
+    def __init__(self, geom: WindowGeometry, device=None):
+        kh, kw = geom.window
+        qh, rh = divmod(geom.height, kh)
+        self.cols = torch.arange(geom.width, device=device) // kw
+        self.is_global = geom.is_global
+        self.bands = []  # (pixel rows, (tiles, tile height), grid rows)
+        if qh:
+            self.bands.append((slice(0, qh * kh), (qh, kh), slice(0, qh)))
+        if rh:
+            self.bands.append((slice(qh * kh, geom.height), (1, rh),
+                               slice(qh, qh + 1)))
+
+    def _expand_cols(self, k: Tensor) -> Tensor:
+        if self.is_global:
+            return k  # (n, 1, 1) broadcasts over (n, 1, H, W) views
+        return k.index_select(-1, self.cols)
+
+    def mul(self, t: Tensor, k: Tensor, out: Tensor) -> Tensor:
+        """``out = t * expand(k)`` (``out`` may be ``t``)."""
+        kc = self._expand_cols(k)
+        for rows, shape, grid_rows in self.bands:
+            torch.mul(
+                t[:, rows].unflatten(1, shape),
+                kc[:, grid_rows, None],
+                out=out[:, rows].unflatten(1, shape))
+        return out
+
+    def addcmul_(self, out: Tensor, t: Optional[Tensor], k: Tensor) -> Tensor:
+        """``out += t * expand(k)`` (``t=None``: ``out += expand(k)``)."""
+        kc = self._expand_cols(k)
+        for rows, shape, grid_rows in self.bands:
+            view = out[:, rows].unflatten(1, shape)
+            if t is None:
+                view.add_(kc[:, grid_rows, None])
+            else:
+                view.addcmul_(t[:, rows].unflatten(1, shape),
+                              kc[:, grid_rows, None])
+        return out
+
+
 def _window_dot(a: Tensor, b: Tensor, geom: WindowGeometry) -> Tensor:
     """Window sums of ``a * b`` for 3-D blocks (global: no temporary)."""
     if geom.is_global:
@@ -459,6 +500,15 @@ def _window_dot(a: Tensor, b: Tensor, geom: WindowGeometry) -> Tensor:
         return torch.bmm(a.reshape(n, 1, -1), b.reshape(n, -1, 1)).view(
             n, 1, 1)
     return window_sum(a * b, geom)
+
+
+def _mask(x: Tensor, at_zero: float, out: Optional[Tensor] = None) -> Tensor:
+    """Float ``x > 0`` (``at_zero=0``) or ``x >= 0`` (``at_zero=1``) in one
+    kernel."""
+    val = torch.tensor(at_zero, dtype=x.dtype, device=x.device)
+    if out is None:
+        return torch.heaviside(x, val)
+    return torch.heaviside(x, val, out=out)
 
 
 class _FleSFunction(torch.autograd.Function):
@@ -469,8 +519,9 @@ class _FleSFunction(torch.autograd.Function):
     cache. Derivatives of the gate are analytic; the scale MLP is re-run in
     backward on the (small) indicator grid and differentiated with autograd.
 
-    With tiles or a global window the scales are constant per window and the
-    gate is evaluated through the fused native kernels (SiLU / GELU / Mish):
+    With tiles or a global window the scales are constant per window: they
+    are broadcast over tile views (:class:`_Tiling`) and the gate is
+    evaluated through the fused native kernels (SiLU / GELU / Mish):
     ``y = k_ve / (c k_ho) * base(c k_ho x)``; the window gradients follow
     from ``d/dk_ve = sum g base(u) / (c k_ho)`` and
     ``d/dk_ho = k_ve / (c k_ho^2) * sum g (u base'(u) - base(u))``.
@@ -488,8 +539,6 @@ class _FleSFunction(torch.autograd.Function):
         xf = x.reshape(planes, h, w)
         out = torch.empty_like(xf)
         sums = x.new_empty(planes, nh, nw)
-        index = None if geom.is_global or geom.overlapping else _tile_index(
-            geom, x.device)
         gam = bet = None
         if mode == 'softplus':
             gam = gamma.repeat(n).view(planes, 1, 1)
@@ -504,8 +553,7 @@ class _FleSFunction(torch.autograd.Function):
             if mode == 'positive':
                 torch.clamp(xs, min=0, out=buf)
                 sums[sl] = window_sum(buf, geom)
-                torch.ge(xs, 0, out=buf)
-                count[sl] = window_sum(buf, geom)
+                count[sl] = window_sum(_mask(xs, 1.0, out=buf), geom)
             elif mode == 'softplus':
                 torch.mul(xs, gam[sl], out=buf).add_(bet[sl])
                 sums[sl] = window_sum(F.softplus(buf), geom)
@@ -529,15 +577,16 @@ class _FleSFunction(torch.autograd.Function):
                 _gate_inplace(buf, gate)
                 buf.mul_(xs).mul_(window_scatter(kv[sl], geom) / cover)
         else:
+            tiling = _Tiling(geom, x.device)
             base, _, cst = _BASE[gate]
             ko_c = ko * cst
             ratio = kv / ko_c
             for i in range(0, planes, block):
                 sl = slice(i, i + block)
                 xs, buf = xf[sl], out[sl]
-                torch.mul(xs, window_scatter(ko_c[sl], geom, index), out=buf)
+                tiling.mul(xs, ko_c[sl], buf)
                 base(buf)
-                buf.mul_(window_scatter(ratio[sl], geom, index))
+                tiling.mul(buf, ratio[sl], buf)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
         ctx.scale_fn, ctx.block = scale_fn, block
         ctx.has_gamma = gamma is not None
@@ -561,9 +610,7 @@ class _FleSFunction(torch.autograd.Function):
         nh, nw = geom.grid
         planes = n * c
         xf = x.reshape(planes, h, w)
-        gf = grad_out.reshape(planes, h, w)
-        index = None if geom.is_global or geom.overlapping else _tile_index(
-            geom, x.device)
+        gf = grad_out.contiguous().reshape(planes, h, w)
 
         with torch.enable_grad():
             ind_leaf = ind.detach().requires_grad_()
@@ -573,6 +620,7 @@ class _FleSFunction(torch.autograd.Function):
         ko = k_ho.detach().reshape(planes, nh, nw)
 
         grad_x = torch.empty_like(xf)
+        tiling = None
         if geom.overlapping:
             g_ve = x.new_empty(planes, nh, nw)
             g_ho = x.new_empty(planes, nh, nw)
@@ -592,6 +640,7 @@ class _FleSFunction(torch.autograd.Function):
                 # dy/dx = k_ve * (rho(u) + u * rho'(u))
                 torch.addcmul(r, u, dr, out=grad_x[sl]).mul_(kvm).mul_(gs)
         else:
+            tiling = _Tiling(geom, x.device)
             base, base_grad, cst = _BASE[gate]
             ko_c = ko * cst
             s_hu = x.new_empty(planes, nh, nw)
@@ -599,12 +648,11 @@ class _FleSFunction(torch.autograd.Function):
             for i in range(0, planes, block):
                 sl = slice(i, i + block)
                 xs, gs = xf[sl], gf[sl]
-                u = xs * window_scatter(ko_c[sl], geom, index)
+                u = tiling.mul(xs, ko_c[sl], torch.empty_like(xs))
                 hb = base_grad(gs, u)  # g * base'(u)
                 s_hu[sl] = _window_dot(hb, u, geom)
                 s_gb[sl] = _window_dot(base(u), gs, geom)
-                torch.mul(hb, window_scatter(kv[sl], geom, index),
-                          out=grad_x[sl])
+                tiling.mul(hb, kv[sl], grad_x[sl])
             g_ve = s_gb / ko_c
             g_ho = (s_hu - s_gb).mul_(kv).div_(ko_c * ko)
 
@@ -616,7 +664,16 @@ class _FleSFunction(torch.autograd.Function):
         param_grads = list(grads[1:])
         g_gamma = g_beta = None
         if g_ind is not None:
+            # d ind_w / d x_p = f'(x_p) / count_w for every window w
+            # containing p: grad_x += f'(x) * scatter(g_ind / count)
             q = g_ind.reshape(planes, nh, nw) / count
+
+            def add_scattered(dst, t, sl):
+                if tiling is not None:
+                    return tiling.addcmul_(dst, t, q[sl])
+                qm = window_scatter(q[sl], geom)
+                return dst.add_(qm) if t is None else dst.addcmul_(t, qm)
+
             if mode == 'softplus':
                 gam = gamma.repeat(n).view(planes, 1, 1)
                 bet = beta.repeat(n).view(planes, 1, 1)
@@ -625,18 +682,19 @@ class _FleSFunction(torch.autograd.Function):
             for i in range(0, planes, block):
                 sl = slice(i, i + block)
                 xs = xf[sl]
-                qm = window_scatter(q[sl], geom, index)
                 if mode == 'softplus':
-                    t = torch.sigmoid(gam[sl] * xs + bet[sl]).mul_(qm)
+                    sig = torch.sigmoid(gam[sl] * xs + bet[sl])
+                    t = add_scattered(torch.zeros_like(xs), sig, sl)
                     acc_beta[sl] = t.sum(dim=(-2, -1))
                     acc_gamma[sl] = torch.bmm(
                         t.reshape(t.shape[0], 1, -1),
                         xs.reshape(t.shape[0], -1, 1)).view(-1)
                     grad_x[sl].addcmul_(t, gam[sl])
                 elif mode == 'mean':
-                    grad_x[sl].add_(qm)
+                    add_scattered(grad_x[sl], None, sl)
                 else:
-                    grad_x[sl].addcmul_(_transform_grad(xs, mode, eta), qm)
+                    add_scattered(grad_x[sl], _transform_grad(xs, mode, eta),
+                                  sl)
             if mode == 'softplus':
                 g_gamma = acc_gamma.view(n, c).sum(0)
                 g_beta = acc_beta.view(n, c).sum(0)
