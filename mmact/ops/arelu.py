@@ -49,7 +49,12 @@ class _AReLUFunction(torch.autograd.Function):
         neg, pos = _scales(alpha, beta, x.dtype)
         grad_x = grad_a = grad_b = None
         if need_x:
-            grad_x = torch.where(x >= 0, pos, neg).mul_(grad_out)
+            # pos for x >= 0, neg for x < 0, as (pos+neg)/2 +- (pos-neg)/2
+            # (pos > 1 > neg); "+ 0.0" maps -0.0 to +0.0 so that x = -0.0
+            # counts as x >= 0. (torch.where is several times slower here.)
+            factor = x.add(0.0)
+            torch.copysign((pos - neg) * 0.5, factor, out=factor)
+            grad_x = factor.add_((pos + neg) * 0.5).mul_(grad_out)
         if need_a or need_b:
             acc = torch.promote_types(x.dtype, torch.float32)
             xa = x.reshape(-1).to(acc)  # sums of half inputs in float32

@@ -13,6 +13,12 @@ def test_values_against_formula():
     torch.testing.assert_close(out, expected)
 
 
+def test_input_gradient_at_and_around_zero():
+    x = torch.tensor([-1.0, -0.0, 0.0, 2.0], requires_grad=True)
+    arelu(x, 0.25, 0.0).sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([0.25, 1.5, 1.5, 1.5]))
+
+
 def test_alpha_is_clamped():
     x = torch.tensor([-2.0, 3.0])
     torch.testing.assert_close(arelu(x, 5.0, 0.0), torch.tensor([-1.98, 4.5]))
@@ -65,3 +71,30 @@ def test_errors():
         arelu(torch.arange(3))
     with pytest.raises(ValueError, match='alpha must hold a single value'):
         arelu(torch.randn(3), torch.ones(2))
+
+
+def test_compile_and_onnx(tmp_path):
+    x = torch.randn(2, 3, 4, 4, requires_grad=True)
+    alpha = torch.tensor([0.5], requires_grad=True)
+    beta = torch.tensor([1.0], requires_grad=True)
+    compiled = torch.compile(arelu, backend='aot_eager', fullgraph=True)
+    got = torch.autograd.grad(compiled(x, alpha, beta).sum(),
+                              (x, alpha, beta))
+    want = torch.autograd.grad(arelu(x, alpha, beta).sum(), (x, alpha, beta))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+    ort = pytest.importorskip('onnxruntime')
+
+    class Net(torch.nn.Module):
+
+        def forward(self, x):
+            return arelu(x, torch.tensor([0.3]), torch.tensor([1.5]))
+
+    path = str(tmp_path / 'arelu.onnx')
+    torch.onnx.export(Net(), (x.detach(), ), path, dynamo=False,
+                      input_names=['x'])
+    sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    out = sess.run(None, {'x': x.detach().numpy()})[0]
+    torch.testing.assert_close(
+        torch.from_numpy(out), Net()(x.detach()), rtol=1e-5, atol=1e-6)

@@ -68,3 +68,29 @@ def test_saves_only_the_input_and_half_backward(fn, dtype):
     fn(x.detach().double(), s64).sum().backward()
     torch.testing.assert_close(sigma.grad.double(), s64.grad, rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize('fn', [iglu, iglu_approx])
+def test_compile_and_onnx(fn, tmp_path):
+    x = torch.randn(2, 3, 4, 4, requires_grad=True)
+    sigma = torch.tensor([1.3], requires_grad=True)
+    compiled = torch.compile(fn, backend='aot_eager', fullgraph=True)
+    got = torch.autograd.grad(compiled(x, sigma).sum(), (x, sigma))
+    want = torch.autograd.grad(fn(x, sigma).sum(), (x, sigma))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+    ort = pytest.importorskip('onnxruntime')
+
+    class Net(torch.nn.Module):
+
+        def forward(self, x):
+            return fn(x, 0.7)
+
+    path = str(tmp_path / 'iglu.onnx')
+    torch.onnx.export(Net(), (x.detach() * 10, ), path, dynamo=False,
+                      input_names=['x'])
+    sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    out = sess.run(None, {'x': (x.detach() * 10).numpy()})[0]
+    torch.testing.assert_close(
+        torch.from_numpy(out), Net()(x.detach() * 10), rtol=1e-5, atol=1e-5)
