@@ -16,11 +16,9 @@ ACTIVATION_PARAM_KEYS = ('.kappa_param', '.lambda_param')
 
 
 def _activation_types() -> tuple:
-    from mmact.models import activations
-    return tuple(
-        getattr(activations, name) for name in activations.__all__
-        if isinstance(getattr(activations, name), type)
-        and issubclass(getattr(activations, name), nn.Module))
+    # the element-wise activations whose parameters are all shape scalars
+    from mmact.models.activations import AGLU, APA, IGLU, AReLU, IGLUApprox
+    return (APA, AGLU, AReLU, IGLU, IGLUApprox)
 
 
 def activation_paramwise_cfg(model: Optional[nn.Module] = None,
@@ -34,8 +32,9 @@ def activation_paramwise_cfg(model: Optional[nn.Module] = None,
     names occur nowhere else, so conv / norm weights are never matched.
     AReLU's ``alpha`` / ``beta`` and IGLU's ``sigma`` have generic names that
     other layers also use (e.g. mmdet's AutoAssign head has a ``sigma``), so
-    they are covered only when ``model`` is given: every parameter owned by
-    an mmact activation module is then listed by its full name.
+    they are covered only when ``model`` is given: every parameter of an
+    APA, AGLU, AReLU, IGLU or IGLUApprox module is then listed by its full
+    name.
 
     Example:
         >>> optim_wrapper = dict(
