@@ -33,6 +33,8 @@ from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
 
+from .recompute import can_fuse_residual, norm_act, residual_act
+
 __all__ = [
     'ActBasicBlock', 'ActBottleneck', 'ActResNeXtBottleneck', 'ActResNet',
     'ActResNeXt', 'build_attention'
@@ -94,6 +96,12 @@ def _run(block: nn.Module, inner, x: torch.Tensor) -> torch.Tensor:
     return inner(x)
 
 
+def _use_recompute(block: nn.Module) -> bool:
+    # Only worth it when backward will run; with_cp already recomputes all.
+    return (block.recompute_act and torch.is_grad_enabled()
+            and not block.with_cp)
+
+
 class ActBasicBlock(BasicBlock):
     """BasicBlock: conv1-bn1-act1, conv2-bn2, attn, add, act2.
 
@@ -102,6 +110,8 @@ class ActBasicBlock(BasicBlock):
         out_channels (int): Output channels.
         act_cfg (dict): Activation config; each position builds its own.
         attention_cfg (dict, optional): Attention after bn2.
+        recompute_act (bool): Rebuild activation inputs in backward instead
+            of saving them (see :mod:`.recompute`). Defaults to False.
         **kwargs: Passed to mmpretrain's ``BasicBlock``.
     """
 
@@ -110,6 +120,7 @@ class ActBasicBlock(BasicBlock):
                  out_channels: int,
                  act_cfg: dict = dict(type='ReLU', inplace=True),
                  attention_cfg: Optional[dict] = None,
+                 recompute_act: bool = False,
                  **kwargs) -> None:
         super().__init__(in_channels, out_channels, **kwargs)
         # Upstream calls one `relu` at every position; replace it by one
@@ -118,9 +129,13 @@ class ActBasicBlock(BasicBlock):
         self.act1 = build_activation_layer(act_cfg)
         self.act2 = build_activation_layer(act_cfg)
         self.attn = build_attention(attention_cfg, out_channels)
+        self.recompute_act = recompute_act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Forward one block."""
+        if _use_recompute(self):
+            out = norm_act(self.norm1, self.act1, self.conv1(x))
+            return _tail(self, self.act2, self.norm2, self.conv2(out), x)
 
         def _inner_forward(x):
             identity = x
@@ -147,6 +162,7 @@ class ActBottleneck(Bottleneck):
         out_channels (int): Output channels.
         act_cfg (dict): Activation config; each position builds its own.
         attention_cfg (dict, optional): Attention after bn3.
+        recompute_act (bool): See :class:`ActBasicBlock`.
         **kwargs: Passed to the upstream Bottleneck.
     """
 
@@ -155,6 +171,7 @@ class ActBottleneck(Bottleneck):
                  out_channels: int,
                  act_cfg: dict = dict(type='ReLU', inplace=True),
                  attention_cfg: Optional[dict] = None,
+                 recompute_act: bool = False,
                  **kwargs) -> None:
         super().__init__(in_channels, out_channels, **kwargs)
         del self.relu  # see ActBasicBlock
@@ -162,9 +179,14 @@ class ActBottleneck(Bottleneck):
         self.act2 = build_activation_layer(act_cfg)
         self.act3 = build_activation_layer(act_cfg)
         self.attn = build_attention(attention_cfg, out_channels)
+        self.recompute_act = recompute_act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Forward one block."""
+        if _use_recompute(self):
+            out = norm_act(self.norm1, self.act1, self.conv1(x))
+            out = norm_act(self.norm2, self.act2, self.conv2(out))
+            return _tail(self, self.act3, self.norm3, self.conv3(out), x)
 
         def _inner_forward(x):
             identity = x
@@ -180,6 +202,19 @@ class ActBottleneck(Bottleneck):
             return out
 
         return self.act3(_run(self, _inner_forward, x))
+
+
+def _tail(block: nn.Module, act: nn.Module, norm: nn.Module,
+          conv_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """norm - attention - add - act of the recompute path."""
+    if can_fuse_residual(block):
+        return residual_act(block, act, norm, conv_out, x)
+    # Another attention type or drop path: plain composition.
+    out = norm(conv_out)
+    if block.attn is not None:
+        out = block.attn(out)
+    identity = x if block.downsample is None else block.downsample(x)
+    return act(block.drop_path(out) + identity)
 
 
 class ActResNeXtBottleneck(ActBottleneck, XBottleneck):
@@ -198,6 +233,7 @@ class _ActResNetMixin:
                  depth: int,
                  act_cfg: dict = dict(type='ReLU', inplace=True),
                  attention_cfg: Optional[dict] = None,
+                 recompute_act: bool = False,
                  **kwargs) -> None:
         name = type(self).__name__
         if depth not in self.arch_settings:
@@ -224,12 +260,16 @@ class _ActResNetMixin:
         # Needed by the overridden builders, which upstream's __init__ calls.
         self.act_cfg = act_cfg
         self.attention_cfg = attention_cfg
+        self.recompute_act = recompute_act
         super().__init__(depth, **kwargs)
 
     def make_res_layer(self, **kwargs) -> nn.Module:
         """Pass the activation and attention configs to every block."""
         return super().make_res_layer(
-            act_cfg=self.act_cfg, attention_cfg=self.attention_cfg, **kwargs)
+            act_cfg=self.act_cfg,
+            attention_cfg=self.attention_cfg,
+            recompute_act=self.recompute_act,
+            **kwargs)
 
     def _make_stem_layer(self, in_channels: int, stem_channels: int) -> None:
         super()._make_stem_layer(in_channels, stem_channels)
@@ -296,6 +336,12 @@ class ActResNet(_ActResNetMixin, ResNet):
         attention_cfg (dict, optional): Layer applied to the residual branch
             before the add (after bn3 / bn2); built with ``in_channels``.
             Defaults to None (no attention).
+        recompute_act (bool): Keep activation memory at the level of an
+            in-place ReLU network: each block activation saves the tensors
+            its input is computed from (kept anyway by BN / the attention
+            product / the next conv) and rebuilds the input in backward, at
+            the cost of evaluating the activation twice. Leave False for
+            ReLU. Defaults to False.
         **kwargs: mmpretrain ``ResNet`` arguments (``out_indices``,
             ``frozen_stages``, ``norm_cfg``, ``norm_eval``, ``with_cp``,
             ``deep_stem``, ``init_cfg``, ...).

@@ -98,6 +98,14 @@ class APASELayer(BaseModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Rescale ``x`` (N, C, *spatial) channel-wise."""
+        return x * self.weights(x)
+
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention ``A(x)`` shaped (N, C, 1, ...) so ``forward = x * A(x)``.
+
+        Exposed so a backbone can fuse the product with the residual add
+        (see :mod:`mmact.models.backbones.recompute`).
+        """
         if x.dim() < 3 or x.shape[1] != self.in_channels:
             # A plugin placed at a position with another width would
             # otherwise fail deep inside F.linear with a shape message that
@@ -114,7 +122,7 @@ class APASELayer(BaseModule):
         if self.drop is not None:
             s = self.drop(s)
         a = self.gate(s)
-        return x * a.reshape(*a.shape, *([1] * (x.dim() - 2)))
+        return a.reshape(*a.shape, *([1] * (x.dim() - 2)))
 
     def extra_repr(self) -> str:
         return (f'in_channels={self.in_channels}, '
