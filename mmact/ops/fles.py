@@ -453,10 +453,10 @@ class _Tiling:
     per band (full tile rows, then the cut bottom row), contiguous inner loop.
     """
 
-    def __init__(self, geom: WindowGeometry, device=None):
+    def __init__(self, geom: WindowGeometry):
         kh, kw = geom.window
         qh, rh = divmod(geom.height, kh)
-        self.cols = torch.arange(geom.width, device=device) // kw
+        self.kw, self.width = kw, geom.width
         self.is_global = geom.is_global
         self.bands = []  # (pixel rows, (tiles, tile height), grid rows)
         if qh:
@@ -468,7 +468,10 @@ class _Tiling:
     def _expand_cols(self, k: Tensor) -> Tensor:
         if self.is_global:
             return k  # (n, 1, 1) broadcasts over (n, 1, H, W) views
-        return k.index_select(-1, self.cols)
+        n, nh, nw = k.shape
+        wide = k[..., None].expand(n, nh, nw, self.kw).reshape(
+            n, nh, nw * self.kw)
+        return wide[..., :self.width]
 
     def mul(self, t: Tensor, k: Tensor, out: Tensor) -> Tensor:
         """``out = t * expand(k)`` (``out`` may be ``t``)."""
@@ -503,12 +506,11 @@ def _window_dot(a: Tensor, b: Tensor, geom: WindowGeometry) -> Tensor:
 
 
 def _mask(x: Tensor, at_zero: float, out: Optional[Tensor] = None) -> Tensor:
-    """Float ``x > 0`` (``at_zero=0``) or ``x >= 0`` (``at_zero=1``) in one
-    kernel."""
-    val = torch.tensor(at_zero, dtype=x.dtype, device=x.device)
+    """Float ``x > 0`` (``at_zero=0``) or ``x >= 0`` (``at_zero=1``),
+    written straight into a float tensor."""
     if out is None:
-        return torch.heaviside(x, val)
-    return torch.heaviside(x, val, out=out)
+        out = torch.empty_like(x)
+    return torch.ge(x, 0, out=out) if at_zero else torch.gt(x, 0, out=out)
 
 
 class _FleSFunction(torch.autograd.Function):
@@ -577,7 +579,7 @@ class _FleSFunction(torch.autograd.Function):
                 _gate_inplace(buf, gate)
                 buf.mul_(xs).mul_(window_scatter(kv[sl], geom) / cover)
         else:
-            tiling = _Tiling(geom, x.device)
+            tiling = _Tiling(geom)
             base, _, cst = _BASE[gate]
             ko_c = ko * cst
             ratio = kv / ko_c
@@ -640,7 +642,7 @@ class _FleSFunction(torch.autograd.Function):
                 # dy/dx = k_ve * (rho(u) + u * rho'(u))
                 torch.addcmul(r, u, dr, out=grad_x[sl]).mul_(kvm).mul_(gs)
         else:
-            tiling = _Tiling(geom, x.device)
+            tiling = _Tiling(geom)
             base, base_grad, cst = _BASE[gate]
             ko_c = ko * cst
             s_hu = x.new_empty(planes, nh, nw)
