@@ -151,8 +151,10 @@ BWD(apa_bwd, w * g * kinvl, w * g * z, w * (sp - g))
 BWD(aglu_bwd, w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g))
 """
 
-_FLAGS = ['-O3', '-shared', '-fPIC', '-fopenmp-simd', '-fno-math-errno',
-          '-fno-trapping-math', '-ffp-contract=fast', '-std=gnu11']
+_FLAGS = [
+    '-O3', '-shared', '-fPIC', '-fopenmp-simd', '-fno-math-errno',
+    '-fno-trapping-math', '-ffp-contract=fast', '-std=gnu11'
+]
 _MIN_PER_THREAD = 1 << 16
 _lock = threading.Lock()
 _kernel = None
@@ -187,8 +189,8 @@ class CpuKernel:
             getattr(lib, name).argtypes = [p, p, p, p, i64, i64, i64, i64]
             getattr(lib, name).restype = None
         for name in ('apa_bwd', 'aglu_bwd'):
-            getattr(lib, name).argtypes = [p, p, p, p, p, i64, i64, i64, i64,
-                                           p, p]
+            getattr(lib,
+                    name).argtypes = [p, p, p, p, p, i64, i64, i64, i64, p, p]
             getattr(lib, name).restype = None
         self.lib = lib
         self._pool: Optional[ThreadPoolExecutor] = None
@@ -221,8 +223,7 @@ class CpuKernel:
             f.result()
 
     @staticmethod
-    def _layout(z: Tensor, channels: int,
-                channel_dim: int) -> Tuple[int, int]:
+    def _layout(z: Tensor, channels: int, channel_dim: int) -> Tuple[int, int]:
         if channels == 1:
             return 1, max(z.numel(), 1)
         dim = channel_dim % z.dim()
@@ -267,8 +268,8 @@ class CpuKernel:
             step = C * acc.element_size()
             ak, al = acc[0].data_ptr(), acc[1].data_ptr()
             self._run(
-                fn, ranges,
-                lambda t, s, e: base + (s, e, ak + t * step, al + t * step))
+                fn, ranges, lambda t, s, e: base +
+                (s, e, ak + t * step, al + t * step))
         sums = acc.sum(1)
         return gx, sums[0], sums[1]
 
@@ -294,7 +295,9 @@ def _build() -> Optional[str]:
             f.write(_SOURCE)
         out = osp.join(tmp, 'apa_cpu.so')
         subprocess.run([cc, *flags, src, '-o', out, '-lm'],
-                       check=True, capture_output=True, timeout=120)
+                       check=True,
+                       capture_output=True,
+                       timeout=120)
         os.replace(out, path)  # atomic: concurrent builders are fine
     return path
 

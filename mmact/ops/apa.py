@@ -23,6 +23,17 @@ Both operators are ``torch.autograd.Function`` s that save only the input and
 the (tiny) parameters, recompute ``eta`` in backward and reduce the parameter
 gradients in the same pass. Half-precision inputs are evaluated in float32 and
 the result is returned in the input's dtype.
+
+Execution paths:
+
+- eager, float32 CPU tensors of >= 4096 elements: the fused C kernel of
+  :mod:`mmact.ops._cpu_kernel` (one pass forward, one pass backward);
+- otherwise (CUDA, float64, small tensors, ``torch.compile`` tracing, no C
+  compiler): torch ops with in-place temporaries; under ``torch.compile``
+  inductor fuses them;
+- ``torch.onnx.export``: a composite of standard ops (Softplus, Exp, Log,
+  Mul). Use the TorchScript exporter (``dynamo=False``); the dynamo exporter,
+  the default in torch 2.14, additionally needs the ``onnxscript`` package.
 """
 from typing import Optional, Tuple, Union
 
@@ -159,8 +170,9 @@ def _eta_backward(name: str, ctx, grad_out: Tensor):
         grad_k = sum_k / l64 if need_k else None
         grad_l = sum_l / (l64 * l64) if need_l else None
         grad_x = grad_x.to(x.dtype) if need_x else None
-        return (grad_x, _grad_to_param(grad_k, kappa),
-                _grad_to_param(grad_l, lam), None)
+        return (grad_x, _grad_to_param(grad_k,
+                                       kappa), _grad_to_param(grad_l,
+                                                              lam), None)
 
     inv_l = 1.0 / l
     sp, g, w = _eta_parts(z, k, l)
@@ -190,8 +202,8 @@ def _eta_backward(name: str, ctx, grad_out: Tensor):
         if need_k:
             # d AGLU / dk = z^2 * eta * g / l
             grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
-    return (grad_x, _grad_to_param(grad_k, kappa),
-            _grad_to_param(grad_l, lam), None)
+    return (grad_x, _grad_to_param(grad_k, kappa), _grad_to_param(grad_l,
+                                                                  lam), None)
 
 
 class _APAFunction(torch.autograd.Function):
@@ -269,8 +281,15 @@ def apa(x: Tensor,
     Returns:
         Tensor: ``eta(x)`` with the dtype and shape of ``x``.
     """
-    return _run(_APAFunction, x, kappa, lambda_, lambda_min, channel_dim,
-                'apa', with_input=False)
+    return _run(
+        _APAFunction,
+        x,
+        kappa,
+        lambda_,
+        lambda_min,
+        channel_dim,
+        'apa',
+        with_input=False)
 
 
 def aglu(x: Tensor,
@@ -295,8 +314,15 @@ def aglu(x: Tensor,
     Returns:
         Tensor: ``x * eta(x)`` with the dtype and shape of ``x``.
     """
-    return _run(_AGLUFunction, x, kappa, lambda_, lambda_min, channel_dim,
-                'aglu', with_input=True)
+    return _run(
+        _AGLUFunction,
+        x,
+        kappa,
+        lambda_,
+        lambda_min,
+        channel_dim,
+        'aglu',
+        with_input=True)
 
 
 def apa_reference(x: Tensor, kappa: Tensor, lambda_: Tensor) -> Tensor:

@@ -64,8 +64,8 @@ def activation_paramwise_cfg(model: Optional[nn.Module] = None,
         for mod_name, module in model.named_modules():
             if isinstance(module, types):
                 for p_name, _ in module.named_parameters(recurse=False):
-                    keys.append(f'{mod_name}.{p_name}' if mod_name else
-                                f'.{p_name}')
+                    keys.append(
+                        f'{mod_name}.{p_name}' if mod_name else f'.{p_name}')
     custom_keys = {key: dict(decay_mult=decay_mult) for key in keys}
     custom_keys.update(extra_paramwise.pop('custom_keys', {}) or {})
     return dict(custom_keys=custom_keys, **extra_paramwise)

@@ -100,8 +100,10 @@ def test_gradcheck(name, channels):
     assert torch.autograd.gradgradcheck is not None
     # each input alone (the others frozen) takes the needs_input_grad paths
     for i in range(3):
-        args = [t.detach().requires_grad_(j == i)
-                for j, t in enumerate((x, k, lam))]
+        args = [
+            t.detach().requires_grad_(j == i)
+            for j, t in enumerate((x, k, lam))
+        ]
         assert torch.autograd.gradcheck(op, tuple(args), eps=1e-6, atol=1e-7)
 
 
@@ -126,9 +128,9 @@ def test_lambda_gradient_has_log1p_term():
 
 def test_parameter_gradients_are_reduced_per_channel():
     x = torch.randn(4, 3, 5, 5, dtype=torch.float64)
-    k = torch.tensor([0.9, 1.1, 1.3], dtype=torch.float64,
-                     requires_grad=True)
-    lam = torch.tensor([0.2, 0.5, 0.9], dtype=torch.float64,
+    k = torch.tensor([0.9, 1.1, 1.3], dtype=torch.float64, requires_grad=True)
+    lam = torch.tensor([0.2, 0.5, 0.9],
+                       dtype=torch.float64,
                        requires_grad=True)
     aglu(x, k, lam).pow(2).sum().backward()
     k2 = k.detach().view(1, 3, 1, 1).requires_grad_()
@@ -177,16 +179,15 @@ def test_reference_composite_saves_more():
 
 
 # ------------------------------------------------------- dtypes, extremes
-EXTREMES = torch.tensor([-1e4, -300., -30., -1., -1e-3, 0., 1e-3, 1., 30.,
-                         300., 1e4])
+EXTREMES = torch.tensor(
+    [-1e4, -300., -30., -1., -1e-3, 0., 1e-3, 1., 30., 300., 1e4])
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
-@pytest.mark.parametrize('dtype', [torch.float32, torch.float16,
-                                   torch.bfloat16])
-@pytest.mark.parametrize('k_val,l_val', [(1.3, 1e-4), (-1.0, 1e-4),
-                                         (1.0, 1.0), (8.0, 50.0),
-                                         (0.0, 0.5)])
+@pytest.mark.parametrize('dtype',
+                         [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('k_val,l_val', [(1.3, 1e-4), (-1.0, 1e-4), (1.0, 1.0),
+                                         (8.0, 50.0), (0.0, 0.5)])
 def test_extremes_are_finite(name, dtype, k_val, l_val):
     op = OPS[name][0]
     x = EXTREMES.to(dtype).detach().clone().requires_grad_()
@@ -266,6 +267,22 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.slow
+def test_torch_compile_inductor():
+    """Inductor generates C++ on CPU (needs a compiler; ~20 s)."""
+    import shutil
+    if shutil.which('cc') is None and shutil.which('g++') is None:
+        pytest.skip('inductor needs a C/C++ compiler on CPU')
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    k = torch.tensor([1.1, 0.9, 1.2], requires_grad=True)
+    lam = torch.tensor([0.3, 0.6, 0.9], requires_grad=True)
+    compiled = torch.compile(aglu, fullgraph=True)
+    got = torch.autograd.grad(compiled(x, k, lam).sum(), (x, k, lam))
+    want = torch.autograd.grad(aglu(x, k, lam).sum(), (x, k, lam))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_onnx_round_trip(tmp_path):
     ort = pytest.importorskip('onnxruntime')
     pytest.importorskip('onnx')
@@ -283,8 +300,13 @@ def test_onnx_round_trip(tmp_path):
     net = Net().eval()
     x = torch.randn(2, 3, 5, 5) * 5
     path = str(tmp_path / 'aglu.onnx')
-    torch.onnx.export(net, (x, ), path, dynamo=False, opset_version=17,
-                      input_names=['x'], output_names=['y'])
+    torch.onnx.export(
+        net, (x, ),
+        path,
+        dynamo=False,
+        opset_version=17,
+        input_names=['x'],
+        output_names=['y'])
     sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     got = sess.run(None, {'x': x.numpy()})[0]
     with torch.no_grad():

@@ -8,8 +8,9 @@ from mmact.ops import arelu
 def test_values_against_formula():
     x = torch.linspace(-4, 4, 81, dtype=torch.float64)
     out = arelu(x, 0.9, 2.0)
-    expected = torch.where(x < 0, 0.9 * x, (1 + torch.sigmoid(
-        torch.tensor(2.0, dtype=torch.float64))) * x)
+    expected = torch.where(
+        x < 0, 0.9 * x,
+        (1 + torch.sigmoid(torch.tensor(2.0, dtype=torch.float64))) * x)
     torch.testing.assert_close(out, expected)
 
 
@@ -22,8 +23,7 @@ def test_input_gradient_at_and_around_zero():
 def test_alpha_is_clamped():
     x = torch.tensor([-2.0, 3.0])
     torch.testing.assert_close(arelu(x, 5.0, 0.0), torch.tensor([-1.98, 4.5]))
-    torch.testing.assert_close(arelu(x, -1.0, 0.0), torch.tensor([-0.02,
-                                                                    4.5]))
+    torch.testing.assert_close(arelu(x, -1.0, 0.0), torch.tensor([-0.02, 4.5]))
 
 
 def test_gradcheck_and_clamp_gradient():
@@ -49,10 +49,10 @@ def test_half_inputs(dtype):
     a64 = alpha.detach().double().requires_grad_()
     b64 = beta.detach().double().requires_grad_()
     arelu(x.detach().double(), a64, b64).sum().backward()
-    torch.testing.assert_close(alpha.grad.double(), a64.grad, rtol=1e-5,
-                               atol=1e-5)
-    torch.testing.assert_close(beta.grad.double(), b64.grad, rtol=1e-5,
-                               atol=1e-5)
+    torch.testing.assert_close(
+        alpha.grad.double(), a64.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        beta.grad.double(), b64.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_saves_only_the_input():
@@ -78,8 +78,7 @@ def test_compile_and_onnx(tmp_path):
     alpha = torch.tensor([0.5], requires_grad=True)
     beta = torch.tensor([1.0], requires_grad=True)
     compiled = torch.compile(arelu, backend='aot_eager', fullgraph=True)
-    got = torch.autograd.grad(compiled(x, alpha, beta).sum(),
-                              (x, alpha, beta))
+    got = torch.autograd.grad(compiled(x, alpha, beta).sum(), (x, alpha, beta))
     want = torch.autograd.grad(arelu(x, alpha, beta).sum(), (x, alpha, beta))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
@@ -92,8 +91,8 @@ def test_compile_and_onnx(tmp_path):
             return arelu(x, torch.tensor([0.3]), torch.tensor([1.5]))
 
     path = str(tmp_path / 'arelu.onnx')
-    torch.onnx.export(Net(), (x.detach(), ), path, dynamo=False,
-                      input_names=['x'])
+    torch.onnx.export(
+        Net(), (x.detach(), ), path, dynamo=False, input_names=['x'])
     sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     out = sess.run(None, {'x': x.detach().numpy()})[0]
     torch.testing.assert_close(

@@ -26,8 +26,8 @@ def _run(op, x, k, lam, channel_dim, go):
 def _inputs(shape, channels, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, generator=g) * 4
-    x.view(-1)[:8] = torch.tensor([-1e4, 1e4, -300., 300., 0., -1e-6, 88.,
-                                   -88.])
+    x.view(-1)[:8] = torch.tensor(
+        [-1e4, 1e4, -300., 300., 0., -1e-6, 88., -88.])
     k = torch.rand(channels, generator=g) * 2 - 0.5
     lam = torch.rand(channels, generator=g) + 1e-3
     go = torch.rand(*shape, generator=g) + 0.5

@@ -12,8 +12,7 @@ def test_iglu_formula_and_limits():
     want = x * (0.5 + torch.atan(2.0 * x) / math.pi)
     torch.testing.assert_close(iglu(x, 2.0), want)
     # large sigma ~ ReLU, small sigma ~ x / 2
-    torch.testing.assert_close(iglu(x, 1e6), torch.relu(x), atol=1e-5,
-                               rtol=0)
+    torch.testing.assert_close(iglu(x, 1e6), torch.relu(x), atol=1e-5, rtol=0)
     torch.testing.assert_close(iglu(x, 1e-9), x / 2, atol=1e-7, rtol=0)
 
 
@@ -27,8 +26,8 @@ def test_iglu_approx_formula_and_closeness():
     gate_approx = iglu_approx(x, s) / x
     mask = x != 0
     assert (gate - gate_approx)[mask].abs().max() < 0.025
-    torch.testing.assert_close(iglu_approx(x, 1e7), torch.relu(x),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        iglu_approx(x, 1e7), torch.relu(x), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize('fn', [iglu, iglu_approx])
@@ -66,8 +65,8 @@ def test_saves_only_the_input_and_half_backward(fn, dtype):
     assert x.grad.dtype == dtype and torch.isfinite(x.grad).all()
     s64 = sigma.detach().double().requires_grad_()
     fn(x.detach().double(), s64).sum().backward()
-    torch.testing.assert_close(sigma.grad.double(), s64.grad, rtol=1e-4,
-                               atol=1e-4)
+    torch.testing.assert_close(
+        sigma.grad.double(), s64.grad, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize('fn', [iglu, iglu_approx])
@@ -88,8 +87,8 @@ def test_compile_and_onnx(fn, tmp_path):
             return fn(x, 0.7)
 
     path = str(tmp_path / 'iglu.onnx')
-    torch.onnx.export(Net(), (x.detach() * 10, ), path, dynamo=False,
-                      input_names=['x'])
+    torch.onnx.export(
+        Net(), (x.detach() * 10, ), path, dynamo=False, input_names=['x'])
     sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     out = sess.run(None, {'x': (x.detach() * 10).numpy()})[0]
     torch.testing.assert_close(

@@ -40,12 +40,15 @@ def test_build_optim_wrapper(with_model):
     cfg = activation_paramwise_cfg(model if with_model else None)
     wrapper = build_optim_wrapper(
         model,
-        dict(optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
-             paramwise_cfg=cfg))
+        dict(
+            optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
+            paramwise_cfg=cfg))
     decay = _decay_of(wrapper, model)
     assert len(decay) == len(list(model.parameters()))
-    no_decay = {'act.kappa_param', 'act.lambda_param', 'gate.kappa_param',
-                'gate.lambda_param'}
+    no_decay = {
+        'act.kappa_param', 'act.lambda_param', 'gate.kappa_param',
+        'gate.lambda_param'
+    }
     if with_model:
         no_decay |= {'arelu.alpha', 'arelu.beta', 'iglu.sigma'}
     for name, wd in decay.items():
@@ -55,8 +58,10 @@ def test_build_optim_wrapper(with_model):
 
 
 def test_keys_and_extra_fields():
-    cfg = activation_paramwise_cfg(decay_mult=0.5, norm_decay_mult=0.0,
-                                   custom_keys={'head': dict(lr_mult=0.1)})
+    cfg = activation_paramwise_cfg(
+        decay_mult=0.5,
+        norm_decay_mult=0.0,
+        custom_keys={'head': dict(lr_mult=0.1)})
     assert cfg['norm_decay_mult'] == 0.0
     assert cfg['custom_keys']['.kappa_param'] == dict(decay_mult=0.5)
     assert cfg['custom_keys']['head'] == dict(lr_mult=0.1)

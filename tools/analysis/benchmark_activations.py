@@ -24,21 +24,34 @@ from mmact.ops import (aglu, aglu_reference, apa, arelu, iglu, iglu_approx)
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--shape', type=int, nargs='+',
-                        default=[16, 64, 56, 56],
-                        help='input shape, channels at dim 1')
-    parser.add_argument('--device', default='cpu',
-                        help="'cpu', 'cuda' or 'all' (cpu, and cuda if any)")
-    parser.add_argument('--dtype', default='float32',
-                        choices=['float32', 'float16', 'bfloat16'])
-    parser.add_argument('--repeats', type=int, default=20,
-                        help='timed rounds per operator')
+    parser.add_argument(
+        '--shape',
+        type=int,
+        nargs='+',
+        default=[16, 64, 56, 56],
+        help='input shape, channels at dim 1')
+    parser.add_argument(
+        '--device',
+        default='cpu',
+        help="'cpu', 'cuda' or 'all' (cpu, and cuda if any)")
+    parser.add_argument(
+        '--dtype',
+        default='float32',
+        choices=['float32', 'float16', 'bfloat16'])
+    parser.add_argument(
+        '--repeats', type=int, default=20, help='timed rounds per operator')
     parser.add_argument('--warmup', type=int, default=3)
-    parser.add_argument('--threads', type=int, default=None,
-                        help='torch CPU threads (default: torch default)')
-    parser.add_argument('--timer', default='wall', choices=['wall', 'cpu'],
-                        help='wall clock, or process CPU time (robust on '
-                        'a shared machine; sums all threads)')
+    parser.add_argument(
+        '--threads',
+        type=int,
+        default=None,
+        help='torch CPU threads (default: torch default)')
+    parser.add_argument(
+        '--timer',
+        default='wall',
+        choices=['wall', 'cpu'],
+        help='wall clock, or process CPU time (robust on '
+        'a shared machine; sums all threads)')
     parser.add_argument('--stat', default='min', choices=['min', 'median'])
     return parser.parse_args()
 
@@ -57,16 +70,24 @@ def build_ops(channels: int, device: str) -> Dict[str, Callable]:
     ka, la = param(-0.5), param(0.5)
     alpha, beta, sigma = param(0.9), param(2.0), param(1.0)
     return {
-        'ReLU': F.relu,
-        'SiLU': F.silu,
-        'GELU': F.gelu,
+        'ReLU':
+        F.relu,
+        'SiLU':
+        F.silu,
+        'GELU':
+        F.gelu,
         'AGLU reference (paper formula)':
         lambda x: aglu_reference(x, k1.reshape(()), l1.reshape(())),
-        'mmact AGLU': lambda x: aglu(x, k1, l1),
-        'mmact AGLU per-channel': lambda x: aglu(x, kc, lc),
-        'mmact APA': lambda x: apa(x, ka, la),
-        'mmact AReLU': lambda x: arelu(x, alpha, beta),
-        'mmact IGLU (learnable sigma)': lambda x: iglu(x, sigma),
+        'mmact AGLU':
+        lambda x: aglu(x, k1, l1),
+        'mmact AGLU per-channel':
+        lambda x: aglu(x, kc, lc),
+        'mmact APA':
+        lambda x: apa(x, ka, la),
+        'mmact AReLU':
+        lambda x: arelu(x, alpha, beta),
+        'mmact IGLU (learnable sigma)':
+        lambda x: iglu(x, sigma),
         'mmact IGLUApprox (learnable sigma)':
         lambda x: iglu_approx(x, sigma),
     }
@@ -143,8 +164,9 @@ def bench_device(args, device: str) -> None:
     silu_f, silu_b, silu_fb = [r[1:4] for r in rows if r[0] == 'SiLU'][0]
 
     from mmact.ops import _cpu_kernel
-    fused = (device == 'cpu' and args.dtype != 'float64'
-             and _cpu_kernel.get_kernel() is not None)
+    fused = (
+        device == 'cpu' and args.dtype != 'float64'
+        and _cpu_kernel.get_kernel() is not None)
     print(f'\ndevice={device} dtype={args.dtype} shape={tuple(args.shape)} '
           f'threads={torch.get_num_threads()} timer={args.timer} '
           f'stat={args.stat} over {args.repeats} rounds; '

@@ -14,8 +14,14 @@ __all__ = ['APA', 'AGLU']
 
 InitSpec = Union[float, Tuple[float, float]]
 
-_LAYOUTS = {'NCHW': 1, 'NCL': 1, 'channels_first': 1, 'NLC': -1,
-            'NHWC': -1, 'channels_last': -1}
+_LAYOUTS = {
+    'NCHW': 1,
+    'NCL': 1,
+    'channels_first': 1,
+    'NLC': -1,
+    'NHWC': -1,
+    'channels_last': -1
+}
 
 
 def parse_channel_dim(channel_dim: Union[int, str]) -> int:
@@ -41,7 +47,8 @@ def parse_channel_dim(channel_dim: Union[int, str]) -> int:
     return channel_dim
 
 
-def parse_init(spec: InitSpec, name: str,
+def parse_init(spec: InitSpec,
+               name: str,
                positive: bool = False) -> Tuple[float, float]:
     """Validate an init spec: a fixed float or a ``(low, high)`` range.
 
@@ -59,9 +66,9 @@ def parse_init(spec: InitSpec, name: str,
         if positive and not low > 0:
             raise ValueError(f'{name} must be > 0, got {spec}')
         return low, high
-    if (isinstance(spec, (tuple, list)) and len(spec) == 2
-            and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
-                    for v in spec)):
+    if (isinstance(spec, (tuple, list)) and len(spec) == 2 and all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool)
+            for v in spec)):
         low, high = float(spec[0]), float(spec[1])
         if low > high:
             raise ValueError(f'{name}=({low}, {high}) is a uniform range '
@@ -132,6 +139,7 @@ class _AdaptiveParametric(BaseModule):
                     f'{tuple(x.shape)})')
 
     def extra_repr(self) -> str:
+
         def fmt(spec):
             return spec[0] if spec[0] == spec[1] else spec
 

@@ -33,8 +33,9 @@ def test_conv_module_injects_inplace():
     # the activation did not modify its input although inplace=True
     pre = conv.norm(conv.conv(x)) if conv.with_norm else conv.conv(x)
     torch.testing.assert_close(
-        y, aglu_reference(pre, conv.activate.kappa_param,
-                          conv.activate.lambda_param))
+        y,
+        aglu_reference(pre, conv.activate.kappa_param,
+                       conv.activate.lambda_param))
 
 
 def test_defaults_follow_table_xv():

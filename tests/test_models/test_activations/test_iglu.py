@@ -25,8 +25,8 @@ def test_values_and_large_sigma_is_relu():
     x = torch.linspace(-5, 5, 101, dtype=torch.float64)
     m = IGLU(sigma=1.0).double()
     torch.testing.assert_close(m(x), x * (0.5 + torch.atan(x) / math.pi))
-    torch.testing.assert_close(IGLU(sigma=1e7).double()(x), torch.relu(x),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        IGLU(sigma=1e7).double()(x), torch.relu(x), atol=1e-6, rtol=0)
     a = IGLUApprox(sigma=1.0).double()
     torch.testing.assert_close(
         a(x), 0.5 * x * (1 + 2 * torch.relu(x)) / (1 + x.abs()))
