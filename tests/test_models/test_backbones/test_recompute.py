@@ -1,0 +1,99 @@
+"""recompute_act: same outputs, gradients and BN statistics as the plain
+path (float64), less memory saved for backward, fallbacks."""
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.registry import MODELS
+
+import mmact  # noqa: F401
+from mmact.models.backbones import ActResNet
+from mmact.models.backbones.recompute import bn_with_affine
+
+ACT = dict(type='AGLU') if MODELS.get('AGLU') else dict(type='PReLU')
+
+
+def _pair(depth, **kw):
+    kw = dict(act_cfg=ACT, out_indices=(0, 1, 2, 3), zero_init_residual=False,
+              **kw)
+    torch.manual_seed(0)
+    plain = ActResNet(depth, **kw).double()
+    fast = ActResNet(depth, recompute_act=True, **kw).double()
+    fast.load_state_dict(plain.state_dict())
+    for m in list(plain.modules()) + list(fast.modules()):
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0  # same random mask is not guaranteed across paths
+    return plain.train(), fast.train()
+
+
+@pytest.mark.parametrize('depth,attention', [
+    (50, dict(type='APASELayer')), (50, None), (18, dict(type='SEAttention')),
+    (18, dict(type='ZeroAttentionForTest2'))])
+def test_matches_plain_path(depth, attention):
+    if attention and attention['type'] == 'ZeroAttentionForTest2':
+        # an attention without `weights`: falls back to the plain tail
+
+        @MODELS.register_module(name='ZeroAttentionForTest2', force=True)
+        class Half(nn.Module):
+
+            def __init__(self, in_channels):
+                super().__init__()
+
+            def forward(self, x):
+                return 0.5 * x
+    plain, fast = _pair(depth, attention_cfg=attention)
+    x = torch.randn(2, 3, 64, 64, dtype=torch.double)
+    outs_p, outs_f = plain(x), fast(x)
+    for a, b in zip(outs_p, outs_f):
+        torch.testing.assert_close(a, b)
+    sum(o.square().mean() for o in outs_p).backward()
+    sum(o.square().mean() for o in outs_f).backward()
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-12,
+                                   msg=name)
+    for (name, a), b in zip(plain.state_dict().items(),
+                            fast.state_dict().values()):
+        assert torch.equal(a, b), name  # running stats updated once
+
+
+def _saved_bytes(model, x):
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(n for k, n in seen.items() if k not in params), out
+
+
+def test_saves_less_and_eval_mode_is_untouched():
+    plain, fast = _pair(50, attention_cfg=dict(type='APASELayer'))
+    plain.float(), fast.float()
+    x = torch.randn(1, 3, 64, 64)
+    saved_plain, _ = _saved_bytes(plain, x)
+    saved_fast, _ = _saved_bytes(fast, x)
+    assert saved_fast < 0.8 * saved_plain
+    fast.eval()
+    with torch.no_grad():
+        out = fast(x)
+    assert out[-1].shape == (1, 2048, 2, 2)
+
+
+def test_bn_with_affine_and_fallbacks():
+    bn = nn.BatchNorm2d(8).double()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-1, 1)
+    x = torch.randn(4, 8, 5, 5, dtype=torch.double)
+    for mode in (True, False):
+        bn.train(mode)
+        out, (scale, shift) = bn_with_affine(bn, x)
+        torch.testing.assert_close(out, x * scale + shift)
+    gn = nn.GroupNorm(2, 8)
+    out, affine = bn_with_affine(gn, x.float())
+    assert affine is None and out.shape == x.shape
+    # GroupNorm backbone: still correct, just no memory saving at act1/act2
+    model = ActResNet(18, recompute_act=True,
+                      norm_cfg=dict(type='GN', num_groups=8))
+    model(torch.rand(1, 3, 64, 64))[0].sum().backward()
