@@ -29,7 +29,7 @@ Conventions used throughout this module:
 """
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -427,17 +427,16 @@ def _transform_grad(x: Tensor, mode: str, eta: float) -> Tensor:
     return torch.where(x >= eta, torch.ones_like(x), low)
 
 
-# phi0(u) = u * rho(u / c) for each gate, with its in-place form and backward:
-# rho(z) = base(c z) / (c z), so k_ve * rho(k_ho x) * x
-#        = k_ve / (c k_ho) * base(c k_ho x).
+# For each gate a native fused kernel ``base`` (in-place form, backward
+# ``g * base'(u)``) and a constant c with rho(z) = base(c z) / (c z), so that
+# k_ve * rho(k_ho x) * x = k_ve / (c k_ho) * base(c k_ho x).
 _BASE = {
-    'sigmoid': (lambda u: F.silu(u, inplace=True), torch.ops.aten.silu_backward,
-                1.0),
+    'sigmoid': (lambda u: F.silu(u, inplace=True),
+                torch.ops.aten.silu_backward, 1.0),
     'tanh_gate': (lambda u: F.silu(u, inplace=True),
                   torch.ops.aten.silu_backward, 2.0),
-    'erf': (torch.ops.aten.gelu_,
-            lambda g, u: torch.ops.aten.gelu_backward(g, u, approximate='none'),
-            1.0),
+    'erf': (torch.ops.aten.gelu_, lambda g, u: torch.ops.aten.gelu_backward(
+        g, u, approximate='none'), 1.0),
     'tanh_softplus': (lambda u: F.mish(u, inplace=True),
                       torch.ops.aten.mish_backward, 1.0),
 }

@@ -32,7 +32,6 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.model import BaseModel, BaseModule
 from mmengine.registry import MODELS
 from torch import Tensor

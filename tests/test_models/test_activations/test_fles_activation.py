@@ -6,7 +6,6 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.registry import MODELS
 from torch.nn.parameter import UninitializedParameter
 
@@ -100,8 +99,8 @@ def test_bad_arguments(kwargs, match):
 
 def test_lazy_reduction_error_names_values():
     m = FleS()  # r = 32
-    with pytest.raises(ValueError,
-                       match='reduction=32 is larger than the channel count 8'):
+    msg = 'reduction=32 is larger than the channel count 8'
+    with pytest.raises(ValueError, match=msg):
         m(torch.randn(1, 8, 4, 4))
 
 
