@@ -1,9 +1,11 @@
 """mmact: learnable activations and activation-based attention for OpenMMLab."""
-from .utils.compat import check_mmcv, patch_lvis_numpy
+from .utils.compat import (check_mmcv, patch_lvis_numpy,
+                           patch_mmengine_checkpoint_loading)
 from .version import __version__, version_info
 
 check_mmcv()
 patch_lvis_numpy()
+patch_mmengine_checkpoint_loading()
 
 from . import engine, models  # noqa: E402  (registers components)
 

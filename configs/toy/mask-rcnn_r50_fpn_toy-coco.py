@@ -5,6 +5,10 @@ _base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 data_root = 'data/toy_coco/'
+# The 8 categories the generator writes by default (COCO names and ids).
+metainfo = dict(classes=('person', 'bicycle', 'car', 'motorcycle', 'airplane',
+                         'bus', 'train', 'truck'))
+num_classes = len(metainfo['classes'])
 image_scale = (160, 128)
 max_epochs = 8
 
@@ -12,6 +16,9 @@ model = dict(
     # No ImageNet weights can be fetched here: train every stage, with BN
     # statistics from the batches.
     backbone=dict(frozen_stages=-1, norm_eval=False, init_cfg=None),
+    roi_head=dict(
+        bbox_head=dict(num_classes=num_classes),
+        mask_head=dict(num_classes=num_classes)),
     train_cfg=dict(
         rpn=dict(sampler=dict(num=128)),
         rpn_proposal=dict(nms_pre=500, max_per_img=200),
@@ -41,11 +48,13 @@ train_dataloader = dict(
     batch_size=2,
     num_workers=0,
     persistent_workers=False,
-    dataset=dict(data_root=data_root, pipeline=train_pipeline))
+    dataset=dict(
+        data_root=data_root, metainfo=metainfo, pipeline=train_pipeline))
 val_dataloader = dict(
     num_workers=0,
     persistent_workers=False,
-    dataset=dict(data_root=data_root, pipeline=test_pipeline))
+    dataset=dict(
+        data_root=data_root, metainfo=metainfo, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator

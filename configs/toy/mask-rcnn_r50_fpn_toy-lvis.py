@@ -3,7 +3,14 @@
 _base_ = './mask-rcnn_r50_fpn_toy-coco.py'
 
 data_root = 'data/toy_lvis/'
-num_classes = 20  # categories written by the generator's default
+# The 20 categories the generator writes by default (the first LVIS names).
+metainfo = dict(
+    classes=('aerosol_can', 'air_conditioner', 'airplane', 'alarm_clock',
+             'alcohol', 'alligator', 'almond', 'ambulance', 'amplifier',
+             'anklet', 'antenna', 'apple', 'applesauce', 'apricot', 'apron',
+             'aquarium', 'arctic_(type_of_shoe)', 'armband', 'armchair',
+             'armoire'))
+num_classes = len(metainfo['classes'])
 dataset_type = 'LVISV1Dataset'
 
 model = dict(
@@ -23,6 +30,7 @@ train_dataloader = dict(
             data_root=data_root,
             ann_file='annotations/lvis_v1_train.json',
             data_prefix=dict(img=''),
+            metainfo=metainfo,
             filter_cfg=dict(filter_empty_gt=True, min_size=32),
             pipeline={{_base_.train_pipeline}})))
 val_dataloader = dict(
@@ -30,7 +38,8 @@ val_dataloader = dict(
         type=dataset_type,
         data_root=data_root,
         ann_file='annotations/lvis_v1_val.json',
-        data_prefix=dict(img='')))
+        data_prefix=dict(img=''),
+        metainfo=metainfo))
 test_dataloader = val_dataloader
 val_evaluator = dict(
     _delete_=True,

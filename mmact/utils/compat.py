@@ -1,10 +1,12 @@
 """Checks and shims that keep the OpenMMLab stack working on current torch/numpy."""
 import importlib
 import importlib.util
+import os.path as osp
 import types
 from pathlib import Path
 
 import numpy as np
+import torch
 
 MMCV_MIN, MMCV_MAX = '2.0.0rc4', '2.2.0'
 
@@ -76,3 +78,30 @@ def patch_lvis_numpy() -> bool:
     if not hasattr(lvis_eval.np, 'float'):
         lvis_eval.np = _NumpyWithAliases()
     return True
+
+
+def _load_local_checkpoint(filename: str, map_location=None) -> dict:
+    """mmengine's local checkpoint loader, with ``weights_only=False``.
+
+    torch >= 2.6 loads with ``weights_only=True`` by default, which rejects
+    the message hub mmengine saves in every checkpoint (a ``HistoryBuffer``
+    that pickles bound methods), so ``--resume``, ``load_from`` and
+    ``tools/test.py`` could not read mmengine's own checkpoints. Like torch
+    before 2.6 this unpickles the file fully: load checkpoints you trust.
+    """
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return torch.load(filename, map_location=map_location, weights_only=False)
+
+
+def patch_mmengine_checkpoint_loading() -> None:
+    """Let mmengine's CheckpointLoader read its own checkpoints on torch>=2.6.
+
+    Only the loader mmengine uses for local files is replaced (through its
+    ``register_scheme`` API); other ``torch.load`` callers keep torch's
+    default.
+    """
+    from mmengine.runner import CheckpointLoader
+    CheckpointLoader.register_scheme(
+        prefixes='', loader=_load_local_checkpoint, force=True)

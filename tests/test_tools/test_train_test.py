@@ -26,9 +26,9 @@ def run(args, cwd, check=True):
 
 @pytest.fixture(scope='module')
 def lvis_run(tmp_path_factory):
-    """Train the toy LVIS config for one epoch on 8 images, then validate."""
+    """Train the toy LVIS config for one epoch on 12 images, then validate."""
     cwd = tmp_path_factory.mktemp('lvis')
-    generate_lvis(str(cwd / 'data' / 'toy_lvis'), num_train=8, num_val=4)
+    generate_lvis(str(cwd / 'data' / 'toy_lvis'), num_train=12, num_val=4)
     work_dir = cwd / 'work'
     result = run([REPO / 'tools/train.py', TOY_LVIS, '--work-dir', work_dir,
                   '--cfg-options', 'train_cfg.max_epochs=1',
@@ -107,3 +107,14 @@ def test_unknown_type_names_the_type_and_registry(tmp_path):
                   tmp_path / 'work'], tmp_path, check=False)
     assert result.returncode != 0
     assert 'ResNett is not in the mmdet::model registry' in result.stderr
+
+
+@pytest.mark.parametrize('config,kind', [(TOY_COCO, 'coco'), (TOY_LVIS, 'lvis')])
+def test_toy_configs_name_the_generated_classes(config, kind):
+    from mmact.testing import toy_classes
+    from mmact.utils.launch import load_config
+    cfg = load_config(str(config))
+    classes = cfg.val_dataloader.dataset.metainfo['classes']
+    assert tuple(classes) == toy_classes(kind, len(classes))
+    assert cfg.model.roi_head.bbox_head.num_classes == len(classes)
+    assert cfg.model.roi_head.mask_head.num_classes == len(classes)

@@ -44,3 +44,21 @@ def test_check_mmcv_rejects_versions_mmdet_cannot_use(monkeypatch):
     monkeypatch.setattr(mmcv, '__version__', '2.2.0')
     with pytest.raises(ImportError, match=r'mmcv>=2\.0\.0rc4,<2\.2\.0'):
         compat.check_mmcv()
+
+
+def test_mmengine_reads_its_checkpoints_on_torch_2_6_plus(tmp_path):
+    import torch
+    from mmengine.logging import HistoryBuffer
+    from mmengine.runner import CheckpointLoader
+
+    buffer = HistoryBuffer()
+    buffer.update(0.5)
+    path = tmp_path / 'epoch_1.pth'
+    torch.save({'state_dict': {'w': torch.ones(2)},
+                'message_hub': {'log_scalars': {'loss': buffer}}}, path)
+    compat.patch_mmengine_checkpoint_loading()
+    checkpoint = CheckpointLoader.load_checkpoint(str(path), 'cpu')
+    assert checkpoint['message_hub']['log_scalars']['loss'].current() == 0.5
+    # Scoped to mmengine's loader: torch's own default stays weights-only.
+    with pytest.raises(Exception, match='Weights only load failed'):
+        torch.load(path)
