@@ -1,0 +1,10 @@
+# Faster R-CNN FPN with an APA*+AGLU ResNet-50 backbone on V3Det (recipe of the plain
+# R50 config it inherits). Paper 000, Table IX-c: 29.9 box AP (SE-R50 27.0).
+# Backbone from configs/imagenet/apase-aglu-r50_8xb32-coslr-100e_in1k.py.
+_base_ = [
+    './faster-rcnn_r50_fpn_8xb4-rfs-ms-2x_v3det.py',
+    '../_base_/models/apase-aglu_resnet50.py',
+]
+custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
+
+model = dict(backbone=dict(_base_.apase_aglu_r50_det, _delete_=True))
