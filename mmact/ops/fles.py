@@ -499,8 +499,8 @@ def _window_dot(a: Tensor, b: Tensor, geom: WindowGeometry) -> Tensor:
     """Window sums of ``a * b`` for 3-D blocks (global: no temporary)."""
     if geom.is_global:
         n = a.shape[0]
-        return torch.bmm(a.reshape(n, 1, -1), b.reshape(n, -1, 1)).view(
-            n, 1, 1)
+        return torch.linalg.vecdot(a.reshape(n, -1),
+                                   b.reshape(n, -1)).view(n, 1, 1)
     return window_sum(a * b, geom)
 
 
@@ -687,9 +687,8 @@ class _FleSFunction(torch.autograd.Function):
                     sig = torch.sigmoid(gam[sl] * xs + bet[sl])
                     t = add_scattered(torch.zeros_like(xs), sig, sl)
                     acc_beta[sl] = t.sum(dim=(-2, -1))
-                    acc_gamma[sl] = torch.bmm(
-                        t.reshape(t.shape[0], 1, -1),
-                        xs.reshape(t.shape[0], -1, 1)).view(-1)
+                    acc_gamma[sl] = torch.linalg.vecdot(
+                        t.reshape(t.shape[0], -1), xs.reshape(t.shape[0], -1))
                     grad_x[sl].addcmul_(t, gam[sl])
                 elif mode == 'mean':
                     add_scattered(grad_x[sl], None, sl)
