@@ -13,7 +13,8 @@ from mmengine.runner import Runner, find_latest_checkpoint
 
 import mmact  # noqa: F401  (registers mmact components and compat fixes)
 from mmact.utils import setup_cpu_distributed
-from mmact.utils.launch import check_checkpoint, check_data_paths, load_config
+from mmact.utils.launch import (check_checkpoint, check_data_paths,
+                                check_pretrained_paths, load_config)
 
 
 def parse_args() -> argparse.Namespace:
@@ -82,6 +83,7 @@ def main() -> None:
 
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)
+    check_pretrained_paths(cfg)
     setup_cpu_distributed(cfg, args.launcher)
 
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \

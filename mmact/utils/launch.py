@@ -134,3 +134,94 @@ def check_checkpoint(path: str) -> None:
             f'Checkpoint {path!r} is corrupt ({bad} fails its checksum); '
             'nothing was loaded. Use an intact file, e.g. an earlier '
             'epoch_N.pth of the same work dir.')
+
+
+def _pretrained_inits(node, where: str) -> Iterator[Tuple[str, str]]:
+    """Yield ``(config key, checkpoint)`` of every ``Pretrained`` init."""
+    if isinstance(node, dict):
+        init = node.get('init_cfg')
+        inits = init if isinstance(init, (list, tuple)) else [init]
+        for i, item in enumerate(inits):
+            if isinstance(item, dict) and item.get('type') == 'Pretrained' \
+                    and item.get('checkpoint'):
+                key = f'{where}.init_cfg' + (
+                    f'[{i}]' if isinstance(init, (list, tuple)) else '')
+                yield f'{key}.checkpoint', str(item['checkpoint'])
+        for name, value in node.items():
+            if name != 'init_cfg':
+                yield from _pretrained_inits(value, f'{where}.{name}')
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _pretrained_inits(value, f'{where}[{i}]')
+
+
+def _producing_config(path: str) -> Optional[str]:
+    """The config whose default work dir holds ``path``, when one exists.
+
+    ``tools/train.py`` writes to ``work_dirs/<config name>/``; a checkpoint
+    under such a folder comes from ``configs/**/<config name>.py``.
+    """
+    parts = Path(path).parts
+    if 'work_dirs' not in parts:
+        return None
+    index = parts.index('work_dirs')
+    if index + 2 >= len(parts):
+        return None
+    stem = parts[index + 1]
+    for root in (Path('.'), Path(__file__).resolve().parents[2]):
+        found = sorted((root / 'configs').glob(f'**/{stem}.py'))
+        if found:
+            return osp.relpath(found[0]) if root == Path('.') else \
+                str(found[0])
+    return None
+
+
+def missing_pretrained_paths(cfg: Config) -> List[str]:
+    """List the local ``Pretrained`` checkpoints ``cfg.model`` needs but lacks.
+
+    URLs and ``scheme://`` names (``torchvision://``, ``open-mmlab://``,
+    ``https://``) are left to mmengine, which downloads them.
+
+    Args:
+        cfg (Config): A full runner config.
+
+    Returns:
+        list[str]: One line per missing file, naming the config key and,
+        when a config of this repository writes the file, how to make it.
+    """
+    missing = []
+    for key, path in _pretrained_inits(cfg.get('model'), 'model'):
+        if '://' in path or osp.isfile(path):
+            continue
+        line = f'{path} ({key})'
+        producer = _producing_config(path)
+        if producer is not None:
+            line += (f'\n    written by training {producer}: '
+                     f'tools/dist_train.sh {producer} 8')
+        missing.append(line)
+    return missing
+
+
+def check_pretrained_paths(cfg: Config) -> None:
+    """Raise one error listing every missing local pretrained checkpoint.
+
+    mmengine's ``Pretrained`` init would otherwise fail only after the model
+    is built and the work dir written, with a bare file-not-found error.
+
+    Args:
+        cfg (Config): A full runner config.
+
+    Raises:
+        FileNotFoundError: Some ``init_cfg=dict(type='Pretrained',
+            checkpoint=...)`` names a local file that does not exist.
+    """
+    missing = missing_pretrained_paths(cfg)
+    if missing:
+        raise FileNotFoundError(
+            'Pretrained checkpoints of this config do not exist:\n' +
+            '\n'.join(f'  {m}' for m in missing) +
+            '\nTrain the backbone config named above (its final checkpoint '
+            'lands at that path), copy or link an existing checkpoint there '
+            '(reference-code weights: tools/model_converters/apa_to_mmact.py)'
+            ', or train from scratch with --cfg-options '
+            'model.backbone.init_cfg=None.')
