@@ -41,8 +41,7 @@ _RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
     (rf'^relu\.{_ACT}$', r'relu.\1'),
     (r'^layer(\d+)\.(\d+)\.conv([123])\.weight$', r'layer\1.\2.conv\3.weight'),
     (rf'^layer(\d+)\.(\d+)\.bn([123])\.{_BN}$', r'layer\1.\2.bn\3.\4'),
-    (rf'^layer(\d+)\.(\d+)\.unirect([123])\.{_ACT}$',
-     r'layer\1.\2.act\3.\4'),
+    (rf'^layer(\d+)\.(\d+)\.unirect([123])\.{_ACT}$', r'layer\1.\2.act\3.\4'),
     (r'^layer(\d+)\.(\d+)\.downsample\.([01])\.' + _BN + '$',
      r'layer\1.\2.downsample.\3.\4'),
     (r'^layer(\d+)\.(\d+)\.se\.norm\.(weight|bias)$',
@@ -240,7 +239,8 @@ def expected_backbone_keys(cfg: dict) -> Dict[str, torch.Size]:
 
 def convert_apa_backbone(
         state_dict: Dict[str, torch.Tensor],
-        validate: bool = True) -> Tuple['OrderedDict[str, torch.Tensor]', dict]:
+        validate: bool = True
+) -> Tuple['OrderedDict[str, torch.Tensor]', dict]:
     """Convert backbone-relative reference keys to ActResNet keys.
 
     Args:
@@ -347,7 +347,10 @@ def convert_apa_checkpoint(checkpoint: dict,
             k[len('backbone.'):]: v
             for k, v in source.items() if k.startswith('backbone.')
         }
-        rest = {k: v for k, v in source.items() if not k.startswith('backbone.')}
+        rest = {
+            k: v
+            for k, v in source.items() if not k.startswith('backbone.')
+        }
     else:
         layout = 'classification'
         backbone = {
@@ -365,8 +368,12 @@ def convert_apa_checkpoint(checkpoint: dict,
         else:
             out[key] = value  # neck / heads: mmdet names are unchanged
             passed.append(key)
-    meta = dict(converted_by='mmact ' + CONVERTER, layout=layout,
-                backbone_cfg=cfg)
-    report = dict(layout=layout, backbone_cfg=cfg, dropped=dropped,
-                  passed_through=passed, num_keys=len(out))
+    meta = dict(
+        converted_by='mmact ' + CONVERTER, layout=layout, backbone_cfg=cfg)
+    report = dict(
+        layout=layout,
+        backbone_cfg=cfg,
+        dropped=dropped,
+        passed_through=passed,
+        num_keys=len(out))
     return dict(state_dict=out, meta=meta), report

@@ -143,8 +143,8 @@ def untie_activations(
     return untied
 
 
-def _resolve_types(target_types: Union[TypeSpec, Sequence[TypeSpec]]
-                   ) -> Tuple[type, ...]:
+def _resolve_types(
+        target_types: Union[TypeSpec, Sequence[TypeSpec]]) -> Tuple[type, ...]:
     if isinstance(target_types, (str, type)):
         target_types = (target_types, )
     resolved = []
@@ -197,8 +197,8 @@ def swap_activations(model: nn.Module,
     new_by_old: Dict[int, nn.Module] = {}
     new_ids = set()
     swapped = []
-    for parent_name, parent in list(model.named_modules(
-            remove_duplicate=False)):
+    for parent_name, parent in list(
+            model.named_modules(remove_duplicate=False)):
         for child_name, child in list(parent._modules.items()):
             full = f'{parent_name}.{child_name}' if parent_name else child_name
             if (child is None or id(child) in new_ids
@@ -207,8 +207,8 @@ def swap_activations(model: nn.Module,
             if exclude and any(fnmatch(full, pat) for pat in exclude):
                 continue
             if id(child) not in new_by_old:
-                # MODELS.build is what mmcv's build_activation_layer does; using it
-                # directly keeps mmcv.cnn out of `import mmact.utils`.
+                # MODELS.build is what mmcv's build_activation_layer
+                # does; calling it keeps mmcv.cnn out of mmact.utils.
                 new = MODELS.build(copy.deepcopy(act_cfg))
                 new_by_old[id(child)] = new
                 new_ids.add(id(new))
@@ -261,4 +261,5 @@ def register_swap_backbone(registries: Sequence) -> None:
             _freeze_stem_activation(model)
             return model
 
-        registry.register_module(name='ActSwapBackbone', module=ActSwapBackbone)
+        registry.register_module(
+            name='ActSwapBackbone', module=ActSwapBackbone)

@@ -43,8 +43,13 @@ def reference_layout(model, scalar_act_params=False):
     return out
 
 
-APA_STAR = dict(type='APASELayer', ratio=16, bias=False, use_norm=True,
-                dropout=0.1, gate_cfg=dict(type='APA'))
+APA_STAR = dict(
+    type='APASELayer',
+    ratio=16,
+    bias=False,
+    use_norm=True,
+    dropout=0.1,
+    gate_cfg=dict(type='APA'))
 
 
 @needs_apa
@@ -59,17 +64,22 @@ def test_classification_round_trip_loads_strictly():
     converted, report = convert_apa_checkpoint(ckpt)
     assert report['layout'] == 'classification'
     assert report['backbone_cfg'] == dict(
-        type='ActResNet', depth=50, act_cfg=dict(type='AGLU'),
+        type='ActResNet',
+        depth=50,
+        act_cfg=dict(type='AGLU'),
         attention_cfg=APA_STAR)
     assert sorted(report['dropped']) == [
-        '<top-level> args', '<top-level> epoch', '<top-level> optimizer']
+        '<top-level> args', '<top-level> epoch', '<top-level> optimizer'
+    ]
     from mmpretrain.registry import MODELS as CLS
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        classifier = CLS.build(dict(
-            type='ImageClassifier', backbone=report['backbone_cfg'],
-            neck=dict(type='GlobalAveragePooling'),
-            head=dict(type='LinearClsHead', num_classes=10,
-                      in_channels=2048)))
+        classifier = CLS.build(
+            dict(
+                type='ImageClassifier',
+                backbone=report['backbone_cfg'],
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(
+                    type='LinearClsHead', num_classes=10, in_channels=2048)))
     classifier.load_state_dict(converted['state_dict'], strict=True)
     sd = classifier.state_dict()
     assert torch.equal(sd['backbone.layer2.1.act2.lambda_param'].flatten(),
@@ -97,24 +107,32 @@ def test_detector_layout_and_cli(tmp_path):
     dst = tmp_path / 'mmact_det.pth'
     apa_to_mmact.main([str(src), str(dst)])
     out = torch.load(dst, weights_only=False)
-    assert out['state_dict']['neck.lateral_convs.0.conv.weight'].shape == (
-        256, 256, 1, 1)
+    assert out['state_dict']['neck.lateral_convs.0.conv.weight'].shape == (256,
+                                                                           256,
+                                                                           1,
+                                                                           1)
     assert 'backbone.layer1.0.attn.gate.kappa_param' in out['state_dict']
     # the converted file initialises a backbone via init_cfg with a prefix
     backbone = ActResNet(
-        50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR,
-        init_cfg=dict(type='Pretrained', checkpoint=str(dst),
-                      prefix='backbone.'))
+        50,
+        act_cfg=dict(type='AGLU'),
+        attention_cfg=APA_STAR,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(dst), prefix='backbone.'))
     backbone.init_weights()
     assert torch.equal(backbone.layer4[2].act3.kappa_param,
                        ref['backbone.layer4.2.unirect3.kappa_param'])
     # the unconverted one is rejected with the converter's name
-    raw = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR,
-                    init_cfg=dict(type='Pretrained', checkpoint=str(src),
-                                  prefix='backbone.'))
+    raw = ActResNet(
+        50,
+        act_cfg=dict(type='AGLU'),
+        attention_cfg=APA_STAR,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(src), prefix='backbone.'))
     with pytest.raises(ValueError, match='reference APA key names.*apa_to'):
         raw.init_weights()
-    dropped, report = convert_apa_checkpoint(torch.load(src), backbone_only=True)
+    dropped, report = convert_apa_checkpoint(
+        torch.load(src), backbone_only=True)
     assert all(k.startswith('backbone.') for k in dropped['state_dict'])
     assert 'rpn_head.rpn_conv.weight' in report['dropped']
 
@@ -122,15 +140,21 @@ def test_detector_layout_and_cli(tmp_path):
 def test_plain_se_reference_with_ddp_prefix():
     # SE baseline of the reference code: sigmoid gate, no LN, biased FCs.
     model = ActResNet(18, attention_cfg=dict(type='SEAttention'))
-    ref = {f'module.{k}': v for k, v in reference_layout(model).items()
-           if not k.endswith('num_batches_tracked')}  # old torch: absent
+    ref = {
+        f'module.{k}': v
+        for k, v in reference_layout(model).items()
+        if not k.endswith('num_batches_tracked')
+    }  # old torch: absent
     converted, report = convert_apa_checkpoint({'model': ref})
     assert report['backbone_cfg'] == dict(
-        type='ActResNet', depth=18,
+        type='ActResNet',
+        depth=18,
         attention_cfg=dict(type='SEAttention', ratio=16))
     target = ActResNet(18, attention_cfg=dict(type='SEAttention'))
-    state = {k[len('backbone.'):]: v
-             for k, v in converted['state_dict'].items()}
+    state = {
+        k[len('backbone.'):]: v
+        for k, v in converted['state_dict'].items()
+    }
     target.load_state_dict(state, strict=True)
 
 
@@ -138,13 +162,15 @@ def test_resnext_inference():
     from mmact.models.backbones import ActResNeXt
     model = ActResNeXt(50, groups=32, width_per_group=4)
     cfg = infer_backbone_config(reference_layout(model))
-    assert cfg == dict(type='ActResNeXt', depth=50, groups=32,
-                       width_per_group=4)
+    assert cfg == dict(
+        type='ActResNeXt', depth=50, groups=32, width_per_group=4)
 
 
 def test_rejects_other_architectures_and_bad_keys():
-    vit = {'patch_embed.proj.weight': torch.zeros(1),
-           'blocks.0.attn.qkv.weight': torch.zeros(1)}
+    vit = {
+        'patch_embed.proj.weight': torch.zeros(1),
+        'blocks.0.attn.qkv.weight': torch.zeros(1)
+    }
     with pytest.raises(ValueError, match="not a reference.*patch_embed"):
         convert_apa_checkpoint({'model': vit})
     ref = reference_layout(ActResNet(18))

@@ -106,10 +106,14 @@ def test_exclude_and_type_names():
     from mmdet.models.backbones import ResNet
     model = ResNet(
         depth=50,
-        plugins=[dict(cfg=dict(type='SEAttention'), position='after_conv3',
-                      stages=(True, True, True, True))])
-    swapped = swap_activations(model, LEARNABLE, target_types='ReLU',
-                               exclude=['*.se.*'])
+        plugins=[
+            dict(
+                cfg=dict(type='SEAttention'),
+                position='after_conv3',
+                stages=(True, True, True, True))
+        ])
+    swapped = swap_activations(
+        model, LEARNABLE, target_types='ReLU', exclude=['*.se.*'])
     assert not any('.se.' in n for n in swapped)
     assert isinstance(model.layer1[0].se.act, nn.ReLU)
     with pytest.raises(KeyError, match='NoSuchType'):
@@ -122,10 +126,11 @@ def test_act_swap_backbone_from_config(scope):
     registry = importlib.import_module(f'{scope}.registry').MODELS
     with DefaultScope.overwrite_default_scope(scope):
         model = registry.build(
-            dict(type='ActSwapBackbone',
-                 act_cfg=LEARNABLE,
-                 untie=True,
-                 backbone=dict(type='ResNet', depth=18, frozen_stages=1)))
+            dict(
+                type='ActSwapBackbone',
+                act_cfg=LEARNABLE,
+                untie=True,
+                backbone=dict(type='ResNet', depth=18, frozen_stages=1)))
     assert type(model).__name__ == 'ResNet'  # no wrapper, no key prefix
     assert type(model).__module__.startswith(scope)
     assert isinstance(model.layer1[0].act1, type(model.relu))

@@ -52,13 +52,16 @@ from mmact.models.backbones import ActResNet  # noqa: E402
 
 CONFIGS = {
     'SE-R50 ReLU':
-    dict(act_cfg=dict(type='ReLU', inplace=True),
-         attention_cfg=dict(type='SEAttention')),
+    dict(
+        act_cfg=dict(type='ReLU', inplace=True),
+        attention_cfg=dict(type='SEAttention')),
     'APA*+AGLU R50':
     dict(act_cfg=dict(type='AGLU'), attention_cfg=dict(type='APASELayer')),
     'APA*+AGLU R50 recompute':
-    dict(act_cfg=dict(type='AGLU'), attention_cfg=dict(type='APASELayer'),
-         recompute_act=True),
+    dict(
+        act_cfg=dict(type='AGLU'),
+        attention_cfg=dict(type='APASELayer'),
+        recompute_act=True),
 }
 
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/model_converters/apa_to_mmact.py SRC.pth DST.pth [--backbone-only]
+    python tools/model_converters/apa_to_mmact.py SRC DST [--backbone-only]
 
 Classification checkpoints (``{'model': ...}``) become mmpretrain
 ``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``); detector files of

@@ -15,8 +15,8 @@ _MMDET = optional_models('mmdet')
 
 if _MMPRETRAIN is not None:
     from .act_resnet import (ActBasicBlock, ActBottleneck, ActResNet,
-                             ActResNeXt, ActResNeXtBottleneck,
-                             build_attention, register)
+                             ActResNeXt, ActResNeXtBottleneck, build_attention,
+                             register)
     register([_MMPRETRAIN, _MMDET])
     __all__ += [
         'ActBasicBlock', 'ActBottleneck', 'ActResNeXtBottleneck', 'ActResNet',

@@ -7,7 +7,7 @@ state-dict keys: an mmpretrain ``ImageClassifier`` checkpoint initialises a
 detector backbone through ``init_cfg=dict(type='Pretrained',
 prefix='backbone.')``.
 
-Key layout (differences to upstream ResNet in bold words):
+Key layout (upstream's names, except the activations and the attention):
 
 - stem: ``conv1``, ``bn1``, ``relu`` (the name is upstream's; it holds
   whatever ``act_cfg`` builds) -- or ``stem.{0,1,2}`` with ``deep_stem``.
@@ -370,6 +370,7 @@ class ActResNeXt(_ActResNetMixin, ResNeXt):
         depth (int): 50, 101 or 152.
         act_cfg (dict): As in :class:`ActResNet`.
         attention_cfg (dict, optional): As in :class:`ActResNet`.
+        recompute_act (bool): As in :class:`ActResNet`.
         **kwargs: mmpretrain ``ResNeXt`` arguments (``groups``,
             ``width_per_group``, ...).
     """

@@ -54,8 +54,8 @@ class RecomputeAct(torch.autograd.Function):
             # An in-place activation must not write into the leaf `z`.
             y = ctx.act(z.clone() if getattr(ctx.act, 'inplace', False) else z)
             wanted = [p for p in params if p.requires_grad]
-            grads = torch.autograd.grad(y, [z, *wanted], grad,
-                                        allow_unused=True)
+            grads = torch.autograd.grad(
+                y, [z, *wanted], grad, allow_unused=True)
         param_grads: List[Optional[Tensor]] = []
         it = iter(grads[1:])
         for p in params:
@@ -77,12 +77,12 @@ def recompute_act(act: nn.Module, z: Tensor, rebuild: Callable,
             detached tensors that other autograd nodes keep alive anyway.
     """
     params = list(act.parameters())
-    return RecomputeAct.apply(z, act, rebuild, len(sources), *sources,
-                              *params)
+    return RecomputeAct.apply(z, act, rebuild, len(sources), *sources, *params)
 
 
-def bn_with_affine(bn: nn.Module,
-                   x: Tensor) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
+def bn_with_affine(
+        bn: nn.Module,
+        x: Tensor) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
     """``bn(x)`` plus the per-channel ``(scale, shift)`` it applied.
 
     For plain (non-sync) BatchNorm in training mode the batch statistics come
@@ -140,8 +140,8 @@ def norm_act(norm: nn.Module, act: nn.Module, x: Tensor) -> Tensor:
     return recompute_act(act, out, _affine, (x.detach(), *affine))
 
 
-def identity_sources(downsample: Optional[nn.Module], x: Tensor
-                     ) -> Tuple[Tensor, Callable, Tuple[Tensor, ...]]:
+def identity_sources(downsample: Optional[nn.Module],
+                     x: Tensor) -> Tuple[Tensor, Callable, Tuple[Tensor, ...]]:
     """Shortcut output and how to rebuild it from tensors saved anyway.
 
     Returns:
@@ -193,8 +193,8 @@ def residual_act(block: nn.Module, act: nn.Module, norm: nn.Module,
     def rebuild(u, a, *ids):
         return torch.addcmul(id_rebuild(*ids), u, a)
 
-    return recompute_act(act, s, rebuild, (u.detach(), a.detach(),
-                                           *id_sources))
+    return recompute_act(act, s, rebuild,
+                         (u.detach(), a.detach(), *id_sources))
 
 
 def can_fuse_residual(block: nn.Module) -> bool:

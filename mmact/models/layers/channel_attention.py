@@ -28,12 +28,13 @@ class APASELayer(BaseModule):
 
     ``GAP -> LayerNorm -> Linear(C, C/r) -> act -> Linear(C/r, C) -> Dropout
     -> gate``; the result rescales the input per channel. The defaults are the
-    APA* setting (LayerNorm, dropout 0.1, no bias, gate ``APA``). Every part can
-    be switched off or replaced, which gives the ablations of Table IV-e.
+    APA* setting (LayerNorm, dropout 0.1, no bias, gate ``APA``). Every part
+    can be switched off or replaced, which gives the ablations of Table IV-e.
 
     Parameter names (``norm``, ``fc1``, ``fc2``, ``gate``) map one-to-one to
     the reference implementation's ``se.norm``, ``se.excitation.0``,
-    ``se.excitation.2`` and ``se.uniact`` (see :mod:`mmact.utils.ckpt_convert`).
+    ``se.excitation.2`` and ``se.uniact`` (see
+    :mod:`mmact.utils.ckpt_convert`).
 
     Args:
         in_channels (int): Channels C of the input (and output).

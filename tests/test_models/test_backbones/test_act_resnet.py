@@ -39,17 +39,18 @@ def test_output_shapes_per_depth(depth, expansion):
     model = ActResNet(depth, out_indices=(0, 1, 2, 3)).eval()
     with torch.no_grad():
         outs = model(SMALL)
-    assert [tuple(o.shape) for o in outs] == [
-        (1, 64 * expansion, 16, 16), (1, 128 * expansion, 8, 8),
-        (1, 256 * expansion, 4, 4), (1, 512 * expansion, 2, 2)]
+    assert [tuple(o.shape) for o in outs] == [(1, 64 * expansion, 16, 16),
+                                              (1, 128 * expansion, 8, 8),
+                                              (1, 256 * expansion, 4, 4),
+                                              (1, 512 * expansion, 2, 2)]
 
 
 def test_out_indices_and_resnext():
     model = ActResNet(18, out_indices=(1, 3)).eval()
     outs = model(SMALL)
     assert [o.shape[1] for o in outs] == [128, 512]
-    x = ActResNeXt(50, attention_cfg=dict(type='SEAttention'),
-                   out_indices=(0, 3)).eval()
+    x = ActResNeXt(
+        50, attention_cfg=dict(type='SEAttention'), out_indices=(0, 3)).eval()
     assert [o.shape[1] for o in x(SMALL)] == [256, 2048]
     assert x.layer1[0].conv2.groups == 32
     assert x.layer1[0].attn.in_channels == 256
@@ -104,8 +105,8 @@ def test_attention_sits_before_the_residual_add(depth):
 def test_checkpointed_blocks_match():
     torch.manual_seed(0)
     plain = ActResNet(50, act_cfg=LEARNABLE, attention_cfg=APA_SE_SIGMOID)
-    cp = ActResNet(50, act_cfg=LEARNABLE, attention_cfg=APA_SE_SIGMOID,
-                   with_cp=True)
+    cp = ActResNet(
+        50, act_cfg=LEARNABLE, attention_cfg=APA_SE_SIGMOID, with_cp=True)
     cp.load_state_dict(plain.state_dict())
     plain.eval(), cp.eval()
     x = torch.rand(1, 3, 64, 64, requires_grad=True)
@@ -122,8 +123,10 @@ def test_frozen_stages_freeze_activations_and_attention():
         out_indices=(3, ))
     model.train()
     frozen_prefixes = ('conv1.', 'bn1.', 'relu.', 'layer1.', 'layer2.')
-    frozen = {k: p.detach().clone() for k, p in model.named_parameters()
-              if k.startswith(frozen_prefixes)}
+    frozen = {
+        k: p.detach().clone()
+        for k, p in model.named_parameters() if k.startswith(frozen_prefixes)
+    }
     assert 'relu.weight' in frozen and 'layer2.3.attn.gate.weight' in frozen
     assert all(not p.requires_grad for k, p in model.named_parameters()
                if k in frozen)
@@ -132,7 +135,8 @@ def test_frozen_stages_freeze_activations_and_attention():
     assert not model.bn1.training and not model.layer2[0].bn1.training
     assert not model.layer1[0].attn.drop.training
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad],
-                          lr=0.1, momentum=0.9)
+                          lr=0.1,
+                          momentum=0.9)
     model(torch.rand(2, 3, 64, 64))[0].square().mean().backward()
     opt.step()
     for key, param in model.named_parameters():
@@ -175,8 +179,11 @@ def test_registered_in_mmdet_and_mmpretrain():
     assert DET.get('ActResNeXt') is ActResNeXt is CLS.get('ActResNeXt')
     from mmengine.registry import DefaultScope
     with DefaultScope.overwrite_default_scope('mmdet'):
-        model = DET.build(dict(type='ActResNet', depth=18,
-                               attention_cfg=dict(type='SEAttention')))
+        model = DET.build(
+            dict(
+                type='ActResNet',
+                depth=18,
+                attention_cfg=dict(type='SEAttention')))
     assert isinstance(model.layer1[0].attn, mmact.models.layers.SEAttention)
 
 
@@ -187,17 +194,20 @@ def test_pretrained_init_rejects_reference_layout(tmp_path):
     bad = ActResNet(18, init_cfg=dict(type='Pretrained', checkpoint=str(raw)))
     with pytest.raises(ValueError, match="under 'model'.*apa_to_mmact"):
         bad.init_weights()
-    prefixed = ActResNet(18, init_cfg=dict(type='Pretrained',
-                                           checkpoint=str(raw),
-                                           prefix='backbone.'))
+    prefixed = ActResNet(
+        18,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(raw), prefix='backbone.'))
     with pytest.raises(ValueError, match="under 'model'"):
         prefixed.init_weights()
     other = tmp_path / 'other.pth'
-    torch.save({'state_dict': {'backbone.patch_embed.weight': torch.zeros(1)}},
-               other)
-    wrong = ActResNet(18, init_cfg=dict(type='Pretrained',
-                                        checkpoint=str(other),
-                                        prefix='backbone.'))
+    torch.save({'state_dict': {
+        'backbone.patch_embed.weight': torch.zeros(1)
+    }}, other)
+    wrong = ActResNet(
+        18,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(other), prefix='backbone.'))
     with pytest.raises(ValueError, match='none of the 1 keys'):
         wrong.init_weights()
 
@@ -206,8 +216,8 @@ def mmdet_config(name):
     """Path of a config shipped in the mmdet wheel (``mmdet::`` only works
     inside a config's ``_base_``)."""
     import mmdet
-    return os.path.join(os.path.dirname(mmdet.__file__), '.mim', 'configs',
-                        name)
+    return os.path.join(
+        os.path.dirname(mmdet.__file__), '.mim', 'configs', name)
 
 
 def _randomise(model):
@@ -230,27 +240,33 @@ def test_mmpretrain_checkpoint_loads_into_mmdet_mask_rcnn(tmp_path):
         attention_cfg=dict(type='APASELayer') if HAS_APA else APA_SE_SIGMOID)
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         classifier = CLS.build(
-            dict(type='ImageClassifier',
-                 backbone=dict(backbone, out_indices=(3, )),
-                 neck=dict(type='GlobalAveragePooling'),
-                 head=dict(type='LinearClsHead', num_classes=10,
-                           in_channels=512)))
+            dict(
+                type='ImageClassifier',
+                backbone=dict(backbone, out_indices=(3, )),
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(
+                    type='LinearClsHead', num_classes=10, in_channels=512)))
     _randomise(classifier)
     ckpt = tmp_path / 'cls.pth'
     torch.save({'state_dict': classifier.state_dict(), 'meta': {}}, ckpt)
 
-    cfg = Config.fromfile(mmdet_config('mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'))
+    cfg = Config.fromfile(
+        mmdet_config('mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'))
     cfg.model.backbone = dict(
-        backbone, frozen_stages=1, out_indices=(0, 1, 2, 3),
-        init_cfg=dict(type='Pretrained', checkpoint=str(ckpt),
-                      prefix='backbone.'))
+        backbone,
+        frozen_stages=1,
+        out_indices=(0, 1, 2, 3),
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(ckpt), prefix='backbone.'))
     cfg.model.neck.in_channels = [64, 128, 256, 512]
     with DefaultScope.overwrite_default_scope('mmdet'):
         detector = DET.build(cfg.model)
     detector.init_weights()
-    expected = {k[len('backbone.'):]: v
-                for k, v in classifier.state_dict().items()
-                if k.startswith('backbone.')}
+    expected = {
+        k[len('backbone.'):]: v
+        for k, v in classifier.state_dict().items()
+        if k.startswith('backbone.')
+    }
     loaded = detector.backbone.state_dict()
     assert set(loaded) == set(expected)  # same keys both ways: strict
     for key, value in expected.items():
@@ -282,6 +298,8 @@ for registry, scope in ((MODELS, None), (DET, 'mmdet')):
 assert DET.get('ActSwapBackbone') is not None
 print('ok')
 '''
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run([sys.executable, '-c', code],
+                            capture_output=True,
+                            text=True,
+                            timeout=300)
     assert result.stdout.strip().endswith('ok'), result.stderr[-2000:]

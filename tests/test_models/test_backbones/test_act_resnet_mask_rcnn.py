@@ -13,8 +13,8 @@ HAS_APA = MODELS.get('APA') is not None and MODELS.get('AGLU') is not None
 
 def _mmdet_config(name):
     import mmdet
-    return os.path.join(os.path.dirname(mmdet.__file__), '.mim', 'configs',
-                        name)
+    return os.path.join(
+        os.path.dirname(mmdet.__file__), '.mim', 'configs', name)
 
 
 @pytest.mark.slow
@@ -22,8 +22,12 @@ def test_mask_rcnn_act_resnet_trains_and_evaluates(tmp_path):
     from mmengine.runner import Runner
 
     from mmact.testing import generate_coco, toy_classes
-    data_root = generate_coco(str(tmp_path / 'coco'), num_train=4, num_val=2,
-                              image_size=(96, 64), num_classes=4) + '/'
+    data_root = generate_coco(
+        str(tmp_path / 'coco'),
+        num_train=4,
+        num_val=2,
+        image_size=(96, 64),
+        num_classes=4) + '/'
     cfg = Config.fromfile(
         _mmdet_config('mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'))
     cfg.custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
@@ -64,13 +68,13 @@ def test_mask_rcnn_act_resnet_trains_and_evaluates(tmp_path):
     cfg.val_evaluator.ann_file = data_root + \
         'annotations/instances_val2017.json'
     cfg.test_evaluator = cfg.val_evaluator
-    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=2,
-                         val_interval=2)
+    cfg.train_cfg = dict(
+        type='IterBasedTrainLoop', max_iters=2, val_interval=2)
     cfg.param_scheduler = []
     cfg.optim_wrapper.optimizer.lr = 0.002
     cfg.default_hooks.logger.interval = 1
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=2,
-                                        by_epoch=False)
+    cfg.default_hooks.checkpoint = dict(
+        type='CheckpointHook', interval=2, by_epoch=False)
     cfg.log_level = 'WARNING'
 
     runner = Runner.from_cfg(cfg)
@@ -83,7 +87,9 @@ def test_mask_rcnn_act_resnet_trains_and_evaluates(tmp_path):
     # the frozen stem activation did not move, a later stage did train
     for key, value in backbone.relu.state_dict().items():
         assert torch.equal(value, stem_act[key])
-    moved = [k for k, v in backbone.layer4.state_dict().items()
-             if not torch.equal(v, layer4[k])]
+    moved = [
+        k for k, v in backbone.layer4.state_dict().items()
+        if not torch.equal(v, layer4[k])
+    ]
     assert any('act' in k for k in moved) and any('attn' in k for k in moved)
     assert os.path.exists(os.path.join(cfg.work_dir, 'iter_2.pth'))

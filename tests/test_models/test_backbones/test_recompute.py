@@ -13,8 +13,8 @@ ACT = dict(type='AGLU') if MODELS.get('AGLU') else dict(type='PReLU')
 
 
 def _pair(depth, **kw):
-    kw = dict(act_cfg=ACT, out_indices=(0, 1, 2, 3), zero_init_residual=False,
-              **kw)
+    kw = dict(
+        act_cfg=ACT, out_indices=(0, 1, 2, 3), zero_init_residual=False, **kw)
     torch.manual_seed(0)
     plain = ActResNet(depth, **kw).double()
     fast = ActResNet(depth, recompute_act=True, **kw).double()
@@ -25,9 +25,10 @@ def _pair(depth, **kw):
     return plain.train(), fast.train()
 
 
-@pytest.mark.parametrize('depth,attention', [
-    (50, dict(type='APASELayer')), (50, None), (18, dict(type='SEAttention')),
-    (18, dict(type='ZeroAttentionForTest2'))])
+@pytest.mark.parametrize('depth,attention',
+                         [(50, dict(type='APASELayer')), (50, None),
+                          (18, dict(type='SEAttention')),
+                          (18, dict(type='ZeroAttentionForTest2'))])
 def test_matches_plain_path(depth, attention):
     if attention and attention['type'] == 'ZeroAttentionForTest2':
         # an attention without `weights`: falls back to the plain tail
@@ -40,6 +41,7 @@ def test_matches_plain_path(depth, attention):
 
             def forward(self, x):
                 return 0.5 * x
+
     plain, fast = _pair(depth, attention_cfg=attention)
     x = torch.randn(2, 3, 64, 64, dtype=torch.double)
     outs_p, outs_f = plain(x), fast(x)
@@ -48,8 +50,8 @@ def test_matches_plain_path(depth, attention):
     sum(o.square().mean() for o in outs_p).backward()
     sum(o.square().mean() for o in outs_f).backward()
     for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-12,
-                                   msg=name)
+        torch.testing.assert_close(
+            p.grad, q.grad, rtol=1e-9, atol=1e-12, msg=name)
     for (name, a), b in zip(plain.state_dict().items(),
                             fast.state_dict().values()):
         assert torch.equal(a, b), name  # running stats updated once
@@ -94,6 +96,6 @@ def test_bn_with_affine_and_fallbacks():
     out, affine = bn_with_affine(gn, x.float())
     assert affine is None and out.shape == x.shape
     # GroupNorm backbone: still correct, just no memory saving at act1/act2
-    model = ActResNet(18, recompute_act=True,
-                      norm_cfg=dict(type='GN', num_groups=8))
+    model = ActResNet(
+        18, recompute_act=True, norm_cfg=dict(type='GN', num_groups=8))
     model(torch.rand(1, 3, 64, 64))[0].sum().backward()

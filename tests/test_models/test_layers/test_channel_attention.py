@@ -16,8 +16,8 @@ def test_apa_se_matches_formula():
     torch.manual_seed(0)
     layer = APASELayer(64, gate_cfg=SIGMOID).eval()  # eval: dropout off
     x = torch.randn(2, 64, 8, 8)
-    s = nn.functional.layer_norm(x.mean((2, 3)), (64, ), layer.norm.weight,
-                                 layer.norm.bias)
+    s = nn.functional.layer_norm(
+        x.mean((2, 3)), (64, ), layer.norm.weight, layer.norm.bias)
     a = torch.sigmoid(layer.fc2.weight @ torch.relu(layer.fc1.weight @ s.T))
     torch.testing.assert_close(layer(x), x * a.T[:, :, None, None])
     assert layer.fc1.weight.shape == (4, 64) and layer.fc1.bias is None
@@ -28,13 +28,19 @@ def test_defaults_and_switches():
     assert isinstance(layer.norm, nn.LayerNorm)
     assert isinstance(layer.drop, nn.Dropout) and layer.drop.p == 0.1
     plain = APASELayer(
-        64, ratio=8, use_norm=False, dropout=0.0, bias=True,
-        act_cfg=dict(type='GELU'), gate_cfg=dict(type='Tanh'))
+        64,
+        ratio=8,
+        use_norm=False,
+        dropout=0.0,
+        bias=True,
+        act_cfg=dict(type='GELU'),
+        gate_cfg=dict(type='Tanh'))
     assert plain.norm is None and plain.drop is None
     assert plain.fc1.out_features == 8 and plain.fc1.bias is not None
     assert isinstance(plain.act, nn.GELU) and isinstance(plain.gate, nn.Tanh)
     assert set(plain.state_dict()) == {
-        'fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias'}
+        'fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias'
+    }
     se = SEAttention(64)
     assert se.norm is None and se.drop is None
     assert isinstance(se.gate, nn.Sigmoid) and se.fc1.bias is not None
@@ -64,14 +70,14 @@ def test_token_and_3d_inputs_and_dropout_train_mode():
 
 
 def test_registry_and_plugin_builder():
-    layer = MODELS.build(dict(type='APASELayer', in_channels=32, ratio=4,
-                              gate_cfg=SIGMOID))
+    layer = MODELS.build(
+        dict(type='APASELayer', in_channels=32, ratio=4, gate_cfg=SIGMOID))
     assert isinstance(layer, APASELayer)
-    name, plugin = build_plugin_layer(dict(type='APASELayer', gate_cfg=SIGMOID),
-                                      in_channels=128)
+    name, plugin = build_plugin_layer(
+        dict(type='APASELayer', gate_cfg=SIGMOID), in_channels=128)
     assert name == 'apa_se' and plugin.in_channels == 128
-    name, plugin = build_plugin_layer(dict(type='SEAttention'), postfix=2,
-                                      in_channels=64)
+    name, plugin = build_plugin_layer(
+        dict(type='SEAttention'), postfix=2, in_channels=64)
     assert name == 'se2' and isinstance(plugin, SEAttention)
 
 
@@ -81,8 +87,10 @@ def test_plugin_in_stock_mmdet_resnet():
         depth=50,
         out_indices=(0, 1, 2, 3),
         plugins=[
-            dict(cfg=dict(type='APASELayer', gate_cfg=SIGMOID),
-                 position='after_conv3', stages=(False, True, True, True))
+            dict(
+                cfg=dict(type='APASELayer', gate_cfg=SIGMOID),
+                position='after_conv3',
+                stages=(False, True, True, True))
         ])
     assert not hasattr(backbone.layer1[0], 'apa_se')
     assert backbone.layer2[0].apa_se.in_channels == 512
