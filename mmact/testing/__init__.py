@@ -2,6 +2,7 @@
 
 Not imported by ``import mmact``; import ``mmact.testing`` explicitly.
 """
+from .config_adapt import adapt_config, config_data_kind, drop_pretrained
 from .toy_data import (COCO_CATEGORY_IDS, SHAPE_KINDS, TOY_FORMATS,
                        V3DET_TOY_CLASSES, category_appearance,
                        generate_classification, generate_coco, generate_lvis,
@@ -12,5 +13,6 @@ __all__ = [
     'generate_coco', 'generate_lvis', 'generate_v3det', 'generate_objects365',
     'generate_classification', 'toy_classes', 'lvis_frequency',
     'lvis_frequency_thresholds', 'category_appearance', 'COCO_CATEGORY_IDS',
-    'V3DET_TOY_CLASSES', 'SHAPE_KINDS', 'TOY_FORMATS'
+    'V3DET_TOY_CLASSES', 'SHAPE_KINDS', 'TOY_FORMATS', 'adapt_config',
+    'config_data_kind', 'drop_pretrained'
 ]
