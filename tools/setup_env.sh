@@ -48,6 +48,13 @@ log "installing torch==$TORCH_VERSION torchvision==$TORCHVISION_VERSION"
 # mmcv's setup.py needs it to build; setuptools>=70 drops parts of it.
 "${PIP[@]}" "setuptools<70" ninja wheel
 
+# Replace any mmcv present, then add its dependencies (mmengine among them:
+# `import mmcv` needs it, so the ops check below can only run after this).
+install_mmcv_wheel() {
+  "${PIP[@]}" --no-deps --force-reinstall "$1"
+  "${PIP[@]}" "$1" "mmengine==0.10.7"
+}
+
 mmcv_ops_ok() { "$VENV/bin/python" -c "import importlib; importlib.import_module('mmcv._ext')" 2>/dev/null; }
 
 if [[ "$("$VENV/bin/python" -c 'import mmcv; print(mmcv.__version__)' 2>/dev/null)" == "$MMCV_VERSION" ]] && mmcv_ops_ok; then
@@ -57,7 +64,7 @@ else
   wheel=$(ls "$SHARED_WHEELS/$tag"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)
   if [[ -n "$wheel" ]]; then
     log "installing mmcv from the prebuilt wheel $wheel"
-    "${PIP[@]}" --no-deps --force-reinstall "$wheel"
+    install_mmcv_wheel "$wheel"
   fi
   if [[ -z "$wheel" ]] || ! mmcv_ops_ok; then
     # No wheel for this torch: build the sdist with the C++20 flag torch 2.14 headers need.
@@ -70,17 +77,18 @@ else
     sed -i 's/-std=c++17/-std=c++20/g' "$build/mmcv-$MMCV_VERSION/setup.py"
     MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-2}" "$VENV/bin/python" -m pip wheel --no-cache-dir \
       --no-build-isolation --no-deps -w "$build/dist" "$build/mmcv-$MMCV_VERSION"
-    "${PIP[@]}" --no-deps --force-reinstall "$build"/dist/mmcv-*.whl
+    install_mmcv_wheel "$(ls "$build"/dist/mmcv-*.whl)"
     mmcv_ops_ok || { log "mmcv ops still fail to load"; exit 1; }
   fi
 fi
 
 log "installing mmengine, mmdet, mmpretrain, datasets tools and test tools"
-# mmcv is already present: its own requirement must not pull another build.
-"${PIP[@]}" -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/mminstall.txt" \
-  -r "$ROOT/requirements/optional.txt" -r "$ROOT/requirements/tests.txt" \
-  "mmengine==0.10.7" "mmdet==3.3.0" "mmpretrain==1.2.0" "lvis==0.5.3" \
-  "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" "mmcv==$MMCV_VERSION" "setuptools<70"
+# torch is left out of this resolve: its metadata asks for setuptools>=77,
+# which drops the pkg_resources that mmengine imports at run time.
+"${PIP[@]}" -r "$ROOT/requirements/mminstall.txt" -r "$ROOT/requirements/optional.txt" \
+  -r "$ROOT/requirements/tests.txt" \
+  "mmengine==0.10.7" "mmcv==$MMCV_VERSION" "mmdet==3.3.0" "mmpretrain==1.2.0" "lvis==0.5.3"
+"${PIP[@]}" "setuptools<70"
 "${PIP[@]}" --no-deps -e "$ROOT"
 
 verify
