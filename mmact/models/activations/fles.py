@@ -378,15 +378,28 @@ def materialize_lazy_modules(model: nn.Module,
 @MODELS.register_module(name='MaterializedModel')
 def build_materialized_model(model: dict,
                              input_shape: Sequence[int] = (1, 3, 224, 224),
-                             submodule: Optional[str] = None) -> nn.Module:
+                             submodule: Optional[str] = None,
+                             data_preprocessor: Optional[dict] = None
+                             ) -> nn.Module:
     """Config builder: build ``model`` and materialise its lazy modules.
 
     Returns the built model itself (not a wrapper), so checkpoints keep their
-    keys. The dry run feeds zeros of ``input_shape`` to ``model.<submodule>``
-    (e.g. ``'backbone'`` for detectors, whose full forward needs data
-    samples) or to the whole model; mmengine ``BaseModel``\\ s are called with
-    ``mode='tensor'``.
+    keys.
+
+    Args:
+        model (dict): Config of the model to build.
+        input_shape (Sequence[int]): Shape of the zeros fed in the dry run.
+        submodule (str, optional): Run the dry run on ``model.<submodule>``
+            (e.g. ``'backbone'`` for detectors, whose full forward needs data
+            samples) instead of the whole model. mmengine ``BaseModel``\\ s
+            are called with ``mode='tensor'``.
+        data_preprocessor (dict, optional): The Runner passes a config's
+            top-level ``data_preprocessor`` to the outermost model config;
+            it goes to ``model`` unless that sets its own.
     """
+    if data_preprocessor is not None:
+        model = dict(model)
+        model.setdefault('data_preprocessor', data_preprocessor)
     built = MODELS.build(model)
     target = built if submodule is None else built.get_submodule(submodule)
     kwargs = dict(mode='tensor') if isinstance(target, BaseModel) else {}

@@ -389,3 +389,18 @@ def test_explicit_channels_inside_a_model():
         isinstance(p, UninitializedParameter) for p in net.parameters())
     y = net(torch.randn(1, 3, 20, 30))
     assert y.shape == (1, 64, 20, 30)
+
+
+def test_materialized_model_takes_the_runner_data_preprocessor():
+    # Runner hands a config's top-level data_preprocessor to the outermost
+    # model config, which here is the MaterializedModel builder.
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS as PRETRAIN_MODELS
+    cfg = _poolformer_cfg((1, 3, 32, 32))
+    cfg['data_preprocessor'] = dict(
+        type='ClsDataPreprocessor', mean=[1., 2., 3.], std=[4., 5., 6.])
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = PRETRAIN_MODELS.build(cfg)
+    assert model.data_preprocessor.mean.flatten().tolist() == [1., 2., 3.]
+    assert all(not isinstance(p, torch.nn.parameter.UninitializedParameter)
+               for p in model.parameters())
