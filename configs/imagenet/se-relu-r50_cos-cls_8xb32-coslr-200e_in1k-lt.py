@@ -22,8 +22,7 @@ model = dict(
         in_channels=2048,
         scale=16.0,
         margins=0.0,
-        loss=dict(type='CrossEntropyLoss', loss_weight=1.0, use_soft=True),
-        topk=(1, 5)))
+        loss=dict(type='CrossEntropyLoss', loss_weight=1.0, use_soft=True)))
 
 train_dataloader = dict(
     dataset=dict(
