@@ -452,3 +452,47 @@ def test_imagenet_checkpoint_initialises_the_detector_backbone(
     assert set(loaded) == set(expected)
     for key, value in expected.items():
         assert torch.equal(loaded[key], value), key
+
+
+@pytest.mark.parametrize('config', SHIPPED)
+def test_missing_data_is_named(config, tmp_path, monkeypatch):
+    """tools/train.py's data check sees every dataset of every config."""
+    from mmact.utils.launch import check_data_paths, missing_data_paths
+
+    cfg = _load(config)
+    monkeypatch.chdir(tmp_path)  # no data/ here
+    missing = missing_data_paths(cfg, ('train', 'val', 'test'))
+    for split in ('train', 'val', 'test'):
+        assert any(f'{split}_dataloader.' in m and '.ann_file' in m
+                   for m in missing), (split, missing)
+    with pytest.raises(FileNotFoundError, match='generate_toy_data.py'):
+        check_data_paths(cfg, ('train', 'val'))
+
+
+@pytest.mark.slow
+def test_train_tool_stops_on_missing_pretrained_checkpoint(
+        toy_roots, tmp_path):
+    """The mission command's config with its data present but no ImageNet
+    checkpoint: tools/train.py names the file and the command making it,
+    before a work dir is created."""
+    import subprocess
+    import sys
+
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'lvis_v1').symlink_to(toy_roots['lvis'][0])
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / 'tools' / 'train.py'),
+            str(REPO / 'configs' / 'lvis' / 'apa_mrcnn_r50.py')
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300)
+    assert result.returncode != 0
+    assert 'FileNotFoundError: Pretrained checkpoints' in result.stderr
+    assert 'work_dirs/apase-aglu-r50_8xb32-coslr-100e_in1k/epoch_100.pth' \
+        in result.stderr
+    assert 'Dataset paths' not in result.stderr
+    assert not (tmp_path / 'work_dirs').exists()
