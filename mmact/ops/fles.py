@@ -41,7 +41,8 @@ __all__ = [
     'window_sum', 'window_scatter', 'window_coverage', 'window_area',
     'window_expand', 'fles_gate', 'fles_gate_and_grad',
     'indicator_transform', 'fles_indicator', 'fles_mlp_scales',
-    'fles_proto_scales', 'fles_apply', 'fles_reference', 'fles_fused'
+    'fles_proto_scales', 'fles_scales', 'fles_apply', 'fles_reference',
+    'fles_fused'
 ]
 
 #: Weighting functions rho (paper E.14).
@@ -394,6 +395,21 @@ def fles_apply(x: Tensor, k_ve: Tensor, k_ho: Tensor,
 ScaleFn = Callable[..., Tuple[Tensor, Tensor]]
 
 
+def fles_scales(x: Tensor,
+                geom: WindowGeometry,
+                params: Sequence[Tensor],
+                mode: str = 'positive',
+                gamma: Optional[Tensor] = None,
+                beta: Optional[Tensor] = None,
+                eta: float = 0.1,
+                scale_fn: ScaleFn = fles_mlp_scales) -> Tuple[Tensor, Tensor]:
+    """Per-window ``(k_ve, k_ho)``, each ``(N, C, nh, nw)``, of ``x``.
+
+    ``params`` are passed to ``scale_fn(ind, *params)``.
+    """
+    return scale_fn(fles_indicator(x, geom, mode, gamma, beta, eta), *params)
+
+
 def fles_reference(x: Tensor,
                    geom: WindowGeometry,
                    params: Sequence[Tensor],
@@ -407,8 +423,8 @@ def fles_reference(x: Tensor,
 
     ``params`` are passed to ``scale_fn(ind, *params)``.
     """
-    ind = fles_indicator(x, geom, mode, gamma, beta, eta)
-    k_ve, k_ho = scale_fn(ind, *params)
+    k_ve, k_ho = fles_scales(x, geom, params, mode, gamma, beta, eta,
+                             scale_fn)
     return fles_apply(x, window_expand(k_ve, geom), window_expand(k_ho, geom),
                       gate)
 

@@ -39,8 +39,9 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
 from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
-                            fles_apply, fles_fused, fles_mlp_scales,
-                            fles_proto_scales, fles_reference,
+                            fles_apply, fles_fused, fles_gate,
+                            fles_mlp_scales, fles_proto_scales,
+                            fles_reference, fles_scales, window_expand,
                             window_geometry)
 
 __all__ = ['FleS', 'materialize_lazy_modules', 'build_materialized_model']
@@ -253,7 +254,8 @@ class FleS(LazyModuleMixin, BaseModule):
             'FleS expects a 4-D feature map (N, C, H, W) or 3-D tokens '
             f'(B, L, C); got a {x.dim()}-D input of shape {tuple(x.shape)}')
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _channels_first(self, x: Tensor) -> Tuple[Tensor, str]:
+        """Checked ``(N, C, H, W)`` view of an input, and its layout."""
         layout, channels = self._layout(x)
         if self.channels is not None and channels != self.channels:
             raise ValueError(
@@ -264,16 +266,16 @@ class FleS(LazyModuleMixin, BaseModule):
                 f'FleS window_size={self.window_size} needs a 4-D feature '
                 f'map; tokens of shape {tuple(x.shape)} have no spatial '
                 'layout (use window_size=None)')
-        # (N, C, H, W) view of the input
         if layout == 'nhwc':
-            xc = x.permute(0, 3, 1, 2)
-        elif layout == 'blc':
-            xc = x.transpose(1, 2).unsqueeze(-1)
-        elif layout == 'bcl':
-            xc = x.unsqueeze(-1)
-        else:
-            xc = x
+            return x.permute(0, 3, 1, 2), layout
+        if layout == 'blc':
+            return x.transpose(1, 2).unsqueeze(-1), layout
+        if layout == 'bcl':
+            return x.unsqueeze(-1), layout
+        return x, layout
 
+    def forward(self, x: Tensor) -> Tensor:
+        xc, layout = self._channels_first(x)
         in_dtype = x.dtype
         low_precision = in_dtype in (torch.float16, torch.bfloat16)
         with torch.autocast(device_type=x.device.type, enabled=False):
@@ -291,6 +293,45 @@ class FleS(LazyModuleMixin, BaseModule):
             return y.squeeze(-1)
         return y
 
+    @torch.no_grad()
+    def scales(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """The scales this layer applies to ``x``, for analysis.
+
+        Args:
+            x (Tensor): An input the layer accepts (any supported layout).
+
+        Returns:
+            tuple[Tensor, Tensor, Tensor]: ``(k_ve, k_ho, rho)`` at every
+            position, each shaped like the ``(N, C, H, W)`` view of ``x``
+            (tokens: ``(B, C, L, 1)``), in float32; ``rho`` is the gate
+            value ``rho(k_ho * x)`` (paper E.1 counts ``rho > 0.9`` as
+            saturated).
+        """
+        xc = self._channels_first(x)[0].float()
+        if self.proto:
+            k_ve, k_ho = fles_proto_scales(xc, self.proto_alpha.float(),
+                                           self.proto_gamma.float())
+        else:
+            geom = window_geometry(*xc.shape[-2:], self.window_size,
+                                   self.stride)
+            k_ve, k_ho = fles_scales(xc, geom, self._mlp_params(xc),
+                                     **self._indicator_kwargs(xc))
+            k_ve, k_ho = window_expand(k_ve, geom), window_expand(k_ho, geom)
+        k_ve, k_ho = k_ve.expand_as(xc), k_ho.expand_as(xc)
+        return k_ve, k_ho, fles_gate(k_ho * xc, self.gate)
+
+    def _mlp_params(self, x: Tensor) -> list:
+        return [
+            p.to(x.dtype) for p in (self.fc1_weight, self.fc1_bias,
+                                    self.fc2_weight, self.fc2_bias)
+        ]
+
+    def _indicator_kwargs(self, x: Tensor) -> dict:
+        gamma = beta = None
+        if self.indicator == 'softplus':
+            gamma, beta = self.ind_gamma.to(x.dtype), self.ind_beta.to(x.dtype)
+        return dict(mode=self.indicator, gamma=gamma, beta=beta, eta=self.eta)
+
     def _fles(self, x: Tensor) -> Tensor:
         if self.proto:
             k_ve, k_ho = fles_proto_scales(x, self.proto_alpha.float(),
@@ -304,20 +345,11 @@ class FleS(LazyModuleMixin, BaseModule):
                 f'FleS: window_size {self.window_size} is larger than the '
                 f'{h}x{w} feature map; clamped to {geom.window} (warned once '
                 'per module)')
-        params = [
-            p.to(x.dtype) for p in (self.fc1_weight, self.fc1_bias,
-                                    self.fc2_weight, self.fc2_bias)
-        ]
-        gamma = beta = None
-        if self.indicator == 'softplus':
-            gamma, beta = self.ind_gamma.to(x.dtype), self.ind_beta.to(x.dtype)
         kwargs = dict(
             gate=self.gate,
-            mode=self.indicator,
-            gamma=gamma,
-            beta=beta,
-            eta=self.eta,
-            scale_fn=fles_mlp_scales)
+            scale_fn=fles_mlp_scales,
+            **self._indicator_kwargs(x))
+        params = self._mlp_params(x)
         if self.fused and x.is_contiguous():
             return fles_fused(x, geom, params, **kwargs)
         return fles_reference(x, geom, params, **kwargs)
