@@ -5,6 +5,7 @@ from typing import Tuple
 
 import torch.nn as nn
 from mmengine.config import Config, DictAction
+from mmengine.logging import MMLogger
 
 from mmact.utils.launch import load_config
 from .model_data import load_model
@@ -52,6 +53,9 @@ def config_and_model(args: argparse.Namespace) -> Tuple[Config, nn.Module]:
     if args.num_samples < 1:
         raise ValueError(f'--num-samples must be >= 1, got {args.num_samples}')
     cfg = load_config(args.config, args.cfg_options)
+    # init_weights logs every parameter at INFO; keep the tool's output to
+    # its tables
+    MMLogger.get_instance('mmact_analysis', log_level='WARNING')
     model = load_model(cfg, args.checkpoint, args.device)
     return cfg, model
 

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import ConvModule
+from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS
 
@@ -184,6 +185,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    # build_optim_wrapper logs every parameter group at INFO
+    MMLogger.get_instance('benchmark_long_tail', log_level='WARNING')
     torch.set_num_threads(args.threads)
     data = digits_split(args.max_per_class, args.imbalance_factor,
                         args.test_per_class)

@@ -62,7 +62,11 @@ def by_type(layers: List[Tuple[str, nn.Module]]) -> Dict[str, list]:
 def plot_curves(groups: Dict[str, list], path: str) -> None:
     z = torch.linspace(-4, 4, 401)
     fig, axes = plt.subplots(
-        1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False)
+        1,
+        len(groups),
+        figsize=(4.8 * len(groups), 3.6),
+        squeeze=False,
+        layout='constrained')
     for ax, (kind, layers) in zip(axes[0], groups.items()):
         cmap = plt.get_cmap('viridis')
         for depth, (_, module) in enumerate(layers):
