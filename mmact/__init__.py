@@ -7,6 +7,6 @@ check_mmcv()
 patch_lvis_numpy()
 patch_mmengine_checkpoint_loading()
 
-from . import engine, models  # noqa: E402  (registers components)
+from . import engine, evaluation, models  # noqa: E402  (registers components)
 
-__all__ = ['__version__', 'version_info', 'engine', 'models']
+__all__ = ['__version__', 'version_info', 'engine', 'evaluation', 'models']

@@ -19,6 +19,7 @@ from mmengine.fileio import load
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 
+from mmact.evaluation.metrics.shot_accuracy import SHOT_GROUPS, shot_groups
 from mmact.models.losses.class_frequency import unwrap_datasets
 from mmact.utils.launch import check_checkpoint, check_data_paths
 
@@ -29,8 +30,6 @@ __all__ = [
 
 #: LVIS frequency groups, rarest last.
 LVIS_GROUPS = ('frequent', 'common', 'rare')
-#: Long-tailed classification groups (ImageNet-LT convention), rarest last.
-SHOT_GROUPS = ('many', 'medium', 'few')
 _LVIS_CODES = {'f': 'frequent', 'c': 'common', 'r': 'rare'}
 
 
@@ -185,9 +184,7 @@ def class_groups(cfg: Config,
         tuple: ``(group of each label or None, group names rarest last)``.
         None when the training set cannot be counted.
     """
-    if few_threshold > many_threshold:
-        raise ValueError(f'few_threshold ({few_threshold}) must not exceed '
-                         f'many_threshold ({many_threshold})')
+    shot_groups([], many_threshold, few_threshold)  # checks thresholds
     leaves = unwrap_datasets(dataset)
     groups = _lvis_groups(leaves[0])
     if groups is not None:
@@ -196,10 +193,7 @@ def class_groups(cfg: Config,
     counts = _training_counts(cfg, num_classes)
     if counts is None:
         return None, ()
-    return [
-        'many' if n > many_threshold else 'few' if n < few_threshold else
-        'medium' for n in counts
-    ], SHOT_GROUPS
+    return shot_groups(counts, many_threshold, few_threshold), SHOT_GROUPS
 
 
 def sample_group(labels: np.ndarray, groups: Sequence[str],

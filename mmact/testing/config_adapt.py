@@ -308,6 +308,10 @@ def adapt_config(cfg: Config,
             evaluator
         ]
         for metric in metrics:
+            if metric and metric.get('train_ann_file') and kind == 'cls':
+                # ShotAccuracy counts the training split
+                metric['train_ann_file'] = osp.join(data_root, 'meta',
+                                                    'train.txt')
             ann_file = metric.get('ann_file') if metric else None
             if not ann_file:
                 continue
