@@ -174,6 +174,19 @@ def _cap_rois(node: Any) -> None:
             _cap_rois(value)
 
 
+def _set_key(node: Any, key: str, value: Any) -> None:
+    """Set every ``key`` below ``node`` to ``value`` in place."""
+    if isinstance(node, dict):
+        for name, child in node.items():
+            if name == key:
+                node[name] = value
+            else:
+                _set_key(child, key, value)
+    elif isinstance(node, (list, tuple)):
+        for child in node:
+            _set_key(child, key, value)
+
+
 def _model_cfgs(node: Any) -> Iterator[Tuple[str, Any]]:
     """Every ``train_cfg`` / ``test_cfg`` inside a model config."""
     if isinstance(node, dict):
@@ -308,10 +321,6 @@ def adapt_config(cfg: Config,
             evaluator
         ]
         for metric in metrics:
-            if metric and metric.get('train_ann_file') and kind == 'cls':
-                # ShotAccuracy counts the training split
-                metric['train_ann_file'] = osp.join(data_root, 'meta',
-                                                    'train.txt')
             ann_file = metric.get('ann_file') if metric else None
             if not ann_file:
                 continue
@@ -323,6 +332,11 @@ def adapt_config(cfg: Config,
             root = max(old, key=len)
             metric['ann_file'] = osp.join(roots[root], ann_file[len(root):])
 
+    if kind == 'cls':
+        # PCSoftmaxHead and ShotAccuracy count the training split
+        for split_key in ('model', 'val_evaluator', 'test_evaluator'):
+            _set_key(cfg.get(split_key), 'train_ann_file',
+                     osp.join(data_root, 'meta', 'train.txt'))
     found = _set_num_classes(cfg.get('model'), num_classes)
     if cfg.get('data_preprocessor') is not None:
         found += _set_num_classes(cfg.data_preprocessor, num_classes)

@@ -331,10 +331,19 @@ def test_imagenet_recipe(config):
     if config.endswith('in1k-lt.py'):  # paper 000, Table XV
         assert (optimizer.lr, optimizer.weight_decay) == (0.2, 1e-4)
         assert cfg.train_cfg.max_epochs == 200
-        assert cfg.model.head.type == 'ArcFaceClsHead'
-        assert (cfg.model.head.scale, cfg.model.head.margins) == (16.0, 0.0)
+        # PC-Softmax (Table XIX) around the cosine classifier
+        head = cfg.model.head
+        assert head.type == 'PCSoftmaxHead'
+        assert head.head.type == 'ArcFaceClsHead'
+        assert (head.head.scale, head.head.margins) == (16.0, 0.0)
         assert cfg.optim_wrapper.paramwise_cfg.bias_decay_mult == 0.0
-        assert 'ImageNet_LT' in cfg.train_dataloader.dataset.ann_file
+        train_ann = cfg.train_dataloader.dataset
+        assert 'ImageNet_LT' in train_ann.ann_file
+        # prior and Many/Medium/Few groups come from the training split
+        assert head.train_ann_file == train_ann.data_root + train_ann.ann_file
+        assert [m.type for m in cfg.val_evaluator] == ['Accuracy',
+                                                      'ShotAccuracy']
+        assert cfg.val_evaluator[1].train_ann_file == head.train_ann_file
     else:  # paper 000, Sec. VI-A
         assert (optimizer.lr, optimizer.weight_decay) == (0.256, 6e-6)
         assert cfg.train_cfg.max_epochs == 100
