@@ -16,7 +16,13 @@ __all__ = ['analysis_parser', 'config_and_model', 'figure_path']
 def analysis_parser(description: str,
                     default_out: str,
                     num_samples: int = 64) -> argparse.ArgumentParser:
-    """Parser with ``config [checkpoint]`` and the data / output options."""
+    """Parser with ``config [checkpoint]`` and the data / output options.
+
+    Args:
+        description (str): The tool's one-line description.
+        default_out (str): Default ``--out-dir``.
+        num_samples (int): Default ``--num-samples``.
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('config', help='mmdet or mmpretrain config file')
     parser.add_argument(

@@ -94,7 +94,11 @@ def build_split_dataloader(cfg: Config,
 
 def sample_labels(data_sample) -> np.ndarray:
     """Class labels of one sample: its ``gt_label`` (classification) or its
-    ``gt_instances.labels`` (detection); empty when it has none."""
+    ``gt_instances.labels`` (detection); empty when it has none.
+
+    Args:
+        data_sample: An mmpretrain ``DataSample`` or mmdet ``DetDataSample``.
+    """
     if 'gt_label' in data_sample:
         return data_sample.gt_label.reshape(-1).cpu().numpy()
     if 'gt_instances' in data_sample and 'labels' in data_sample.gt_instances:
@@ -105,6 +109,12 @@ def sample_labels(data_sample) -> np.ndarray:
 def sample_batches(model: nn.Module, dataloader,
                    num_samples: int) -> Iterator[Tuple[dict, List[np.ndarray]]]:
     """Preprocessed batches of at most ``num_samples`` samples in total.
+
+    Args:
+        model (nn.Module): The model whose ``data_preprocessor`` is applied.
+        dataloader: A dataloader of the config (see
+            :func:`build_split_dataloader`).
+        num_samples (int): Samples to yield in total, >= 1.
 
     Yields:
         tuple[dict, list[np.ndarray]]: ``data`` for ``model(**data,
@@ -199,7 +209,13 @@ def class_groups(cfg: Config,
 def sample_group(labels: np.ndarray, groups: Sequence[str],
                  order: Sequence[str]) -> Optional[str]:
     """Group of a sample: the rarest group among its labels (so an image
-    with any rare object counts as rare); None without labels."""
+    with any rare object counts as rare); None without labels.
+
+    Args:
+        labels (np.ndarray): The sample's class labels.
+        groups (Sequence[str]): Group of every class (:func:`class_groups`).
+        order (Sequence[str]): Group names, rarest last.
+    """
     present = {groups[int(label)] for label in labels}
     for name in reversed(order):
         if name in present:
@@ -226,6 +242,10 @@ def forward_logits(model: nn.Module, data: dict) -> np.ndarray:
     * Two-stage detectors: the last RoI head stage's scores of every RoI
       (all proposals, background column dropped).
     * Single-stage detectors: the scores of every anchor / location.
+
+    Args:
+        model (nn.Module): The model, in eval mode.
+        data (dict): A batch from :func:`sample_batches`.
 
     Returns:
         np.ndarray: ``(M, C)`` float64 logits.

@@ -38,7 +38,12 @@ def find_modules(model: nn.Module,
                  ) -> List[Tuple[str, nn.Module]]:
     """``(name, module)`` of every module of the given types, in the order
     they were registered (depth order for ResNets, whose blocks register
-    their activations in execution order)."""
+    their activations in execution order).
+
+    Args:
+        model (nn.Module): The model to search.
+        types (Sequence[type]): Module classes to find.
+    """
     return [(name, m) for name, m in model.named_modules()
             if isinstance(m, tuple(types))]
 

@@ -10,8 +10,14 @@ __all__ = ['format_table', 'save_json', 'save_figure']
 
 def format_table(headers: Sequence[str], rows: List[Sequence[Any]],
                  precision: int = 4) -> str:
-    """A plain-text table with aligned columns; floats get ``precision``
-    significant digits."""
+    """A plain-text table with aligned columns.
+
+    Args:
+        headers (Sequence[str]): Column titles.
+        rows (list[Sequence]): Cell values; floats get ``precision``
+            significant digits, None prints as ``-``.
+        precision (int): Significant digits of floats.
+    """
 
     def cell(value: Any) -> str:
         if isinstance(value, float):
@@ -30,7 +36,12 @@ def format_table(headers: Sequence[str], rows: List[Sequence[Any]],
 
 
 def save_json(obj: Any, path: str) -> str:
-    """Write ``obj`` as indented JSON, creating the folder."""
+    """Write ``obj`` as indented JSON, creating the folder.
+
+    Args:
+        obj: JSON-serialisable data.
+        path (str): Output file.
+    """
     mkdir_or_exist(osp.dirname(osp.abspath(path)))
     with open(path, 'w') as f:
         json.dump(obj, f, indent=2)
@@ -38,7 +49,12 @@ def save_json(obj: Any, path: str) -> str:
 
 
 def save_figure(fig, path: str) -> str:
-    """Save a matplotlib figure as PNG, creating the folder, and close it."""
+    """Save a matplotlib figure as PNG, creating the folder, and close it.
+
+    Args:
+        fig (matplotlib.figure.Figure): The figure.
+        path (str): Output ``.png`` file.
+    """
     import matplotlib.pyplot as plt
     mkdir_or_exist(osp.dirname(osp.abspath(path)))
     fig.savefig(path, dpi=120, bbox_inches='tight')

@@ -160,6 +160,10 @@ def ks_distance(x: np.ndarray, cdf) -> float:
 def ks_to_gumbel_and_logistic(x: np.ndarray) -> Dict[str, float]:
     """KS distance of ``x`` to a Gumbel and a Logistic fitted to it.
 
+    Args:
+        x (np.ndarray): Samples (at least 2, finite), e.g. one class's
+            logits.
+
     Returns:
         dict: ``{'gumbel': D, 'logistic': D}``.
     """
