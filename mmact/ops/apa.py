@@ -27,7 +27,7 @@ the result is returned in the input's dtype.
 Execution paths:
 
 - eager, float32 CPU tensors of >= 4096 elements: the fused C kernel of
-  :mod:`mmact.ops._cpu_kernel` (one pass forward, one pass backward);
+  :mod:`mmact.ops.apa_cpu_kernel` (one pass forward, one pass backward);
 - otherwise (CUDA, float64, small tensors, ``torch.compile`` tracing, no C
   compiler): torch ops with in-place temporaries; under ``torch.compile``
   inductor fuses them;
@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._cpu_kernel import CpuKernel, get_kernel
+from .apa_cpu_kernel import CpuKernel, get_kernel
 
 __all__ = ['apa', 'aglu', 'apa_reference', 'aglu_reference']
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mmact.ops import aglu, apa
-from mmact.ops._cpu_kernel import CpuKernel, _build, get_kernel
+from mmact.ops.apa_cpu_kernel import CpuKernel, _build, get_kernel
 
 apa_mod = importlib.import_module('mmact.ops.apa')
 OPS = {'apa': apa, 'aglu': aglu}

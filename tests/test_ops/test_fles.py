@@ -1,4 +1,4 @@
-"""FleS math (mmact/ops/fles.py) against loop-based references."""
+"""FleS math (mmact/ops/fles/) against loop-based references."""
 import math
 
 import pytest

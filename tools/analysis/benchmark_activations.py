@@ -163,10 +163,10 @@ def bench_device(args, device: str) -> None:
         rows.append((name, f, b, fb, saved_bytes(fn, x) / input_bytes))
     silu_f, silu_b, silu_fb = [r[1:4] for r in rows if r[0] == 'SiLU'][0]
 
-    from mmact.ops import _cpu_kernel
+    from mmact.ops import apa_cpu_kernel
     fused = (
         device == 'cpu' and args.dtype != 'float64'
-        and _cpu_kernel.get_kernel() is not None)
+        and apa_cpu_kernel.get_kernel() is not None)
     print(f'\ndevice={device} dtype={args.dtype} shape={tuple(args.shape)} '
           f'threads={torch.get_num_threads()} timer={args.timer} '
           f'stat={args.stat} over {args.repeats} rounds; '

@@ -1,0 +1,129 @@
+"""FleS scales (k_ve, k_ho) from indicators, and the composite reference."""
+from typing import Callable, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .gates import fles_gate
+from .geometry import WindowGeometry, window_expand
+from .indicators import fles_indicator
+
+__all__ = [
+    'K_HO_MIN', 'ScaleFn', 'fles_mlp_scales', 'fles_proto_scales',
+    'fles_scales', 'fles_apply', 'fles_reference'
+]
+
+#: Numerical floor of k_ho (softplus can underflow to 0 in float32; the fused
+#: op divides by k_ho). Below it k_ho receives no gradient.
+K_HO_MIN = 1e-6
+
+#: ``scale_fn(ind, *params) -> (k_ve, k_ho)``.
+ScaleFn = Callable[..., Tuple[Tensor, Tensor]]
+
+
+def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+                    fc2_weight: Tensor,
+                    fc2_bias: Tensor) -> Tuple[Tensor, Tensor]:
+    """``(k_ve, k_ho)`` from two MLPs scanned over the window grid.
+
+    Each MLP is ``Linear(C, h) -> ReLU -> Linear(h, C)`` followed by softplus,
+    applied at every window (a 1x1 convolution on the grid).
+
+    Args:
+        ind: ``(N, C, nh, nw)`` indicators.
+        fc1_weight: ``(2, h, C)``; fc1_bias: ``(2, h)``;
+        fc2_weight: ``(2, C, h)``; fc2_bias: ``(2, C)``. Index 0 is the
+            vertical (k_ve) MLP, index 1 the horizontal (k_ho) MLP.
+
+    Returns:
+        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
+        at :data:`K_HO_MIN`).
+    """
+    n, c, gh, gw = ind.shape
+    flat = ind.reshape(n, c, gh * gw)
+    hidden = torch.einsum('khc,ncg->knhg', fc1_weight, flat)
+    hidden = F.relu(hidden + fc1_bias[:, None, :, None])
+    out = torch.einsum('kch,knhg->kncg', fc2_weight, hidden)
+    out = F.softplus(out + fc2_bias[:, None, :, None])
+    out = out.reshape(2, n, c, gh, gw)
+    return out[0], out[1].clamp_min(K_HO_MIN)
+
+
+def fles_proto_scales(x: Tensor, alpha: Tensor,
+                      gamma: Tensor) -> Tuple[Tensor, Tensor]:
+    """FleS-Proto scales (Eq. 4-6): batch statistics, ablation only.
+
+    The positive-only indicator is taken over the *whole mini-batch* and
+    spatial extent per channel, normalised by its mean over channels (Eq. 6),
+    and mapped by ``softplus(alpha * mu + gamma)`` with per-layer scalars
+    (index 0: k_ve, 1: k_ho). A sample's output therefore depends on the
+    other samples of the batch, in training and in eval.
+
+    Args:
+        x: ``(N, C, H, W)``.
+        alpha, gamma: ``(2,)``.
+
+    Returns:
+        ``(k_ve, k_ho)`` of shape ``(1, C, 1, 1)``.
+    """
+    dims = (0, 2, 3)
+    total = F.relu(x).sum(dim=dims)
+    count = (x >= 0).to(total.dtype).sum(dim=dims).clamp_min(1.0)
+    ind = total / count
+    mu = ind / ind.mean().clamp_min(torch.finfo(ind.dtype).tiny)
+    k = F.softplus(alpha[:, None] * mu[None] + gamma[:, None])
+    return k[0].view(1, -1, 1, 1), k[1].view(1, -1, 1, 1)
+
+
+def fles_apply(x: Tensor,
+               k_ve: Tensor,
+               k_ho: Tensor,
+               gate: str = 'sigmoid') -> Tensor:
+    """``k_ve * rho(k_ho * x) * x`` with broadcastable per-pixel scales."""
+    return k_ve * fles_gate(k_ho * x, gate) * x
+
+
+def fles_scales(x: Tensor,
+                geom: WindowGeometry,
+                params: Sequence[Tensor],
+                mode: str = 'positive',
+                gamma: Optional[Tensor] = None,
+                beta: Optional[Tensor] = None,
+                eta: float = 0.1,
+                scale_fn: ScaleFn = fles_mlp_scales) -> Tuple[Tensor, Tensor]:
+    """Per-window ``(k_ve, k_ho)``, each ``(N, C, nh, nw)``, of ``x``.
+
+    Args:
+        x: ``(N, C, H, W)``.
+        geom: the window grid.
+        params: passed to ``scale_fn(ind, *params)``.
+        mode, gamma, beta, eta: the indicator (see
+            :func:`~mmact.ops.fles.indicator_transform`).
+        scale_fn: maps indicators to ``(k_ve, k_ho)``.
+    """
+    return scale_fn(fles_indicator(x, geom, mode, gamma, beta, eta), *params)
+
+
+def fles_reference(x: Tensor,
+                   geom: WindowGeometry,
+                   params: Sequence[Tensor],
+                   gate: str = 'sigmoid',
+                   mode: str = 'positive',
+                   gamma: Optional[Tensor] = None,
+                   beta: Optional[Tensor] = None,
+                   eta: float = 0.1,
+                   scale_fn: ScaleFn = fles_mlp_scales) -> Tensor:
+    """Composite (autograd) FleS on ``(N, C, H, W)``; any memory layout.
+
+    Args:
+        x: ``(N, C, H, W)``.
+        geom: the window grid.
+        params: passed to ``scale_fn(ind, *params)``.
+        gate: one of :data:`~mmact.ops.fles.FLES_GATES`.
+        mode, gamma, beta, eta: the indicator.
+        scale_fn: maps indicators to ``(k_ve, k_ho)``.
+    """
+    k_ve, k_ho = fles_scales(x, geom, params, mode, gamma, beta, eta, scale_fn)
+    return fles_apply(x, window_expand(k_ve, geom), window_expand(k_ho, geom),
+                      gate)
