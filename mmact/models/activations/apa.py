@@ -1,6 +1,6 @@
 """APA and AGLU modules (paper 000; math in :mod:`mmact.ops.apa`)."""
 import numbers
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -9,6 +9,8 @@ from mmengine.registry import MODELS
 from torch import Tensor
 
 from mmact.ops import aglu, apa
+
+from .base import LearnableActivation
 
 __all__ = ['APA', 'AGLU']
 
@@ -82,9 +84,12 @@ def parse_init(spec: InitSpec,
                     f'(low, high) uniform range, got {spec!r}')
 
 
-class _AdaptiveParametric(BaseModule):
+class _AdaptiveParametric(LearnableActivation, BaseModule):
     """Shared parameters and checks of :class:`APA` and :class:`AGLU`."""
 
+    # Alexandridis et al. (Adaptive Parametric Activation, 2024) train kappa
+    # and lambda without weight decay.
+    no_decay_params = ('kappa_param', 'lambda_param')
     _default_kappa: Tuple[float, float] = (0.0, 0.0)
     _default_lambda: Tuple[float, float] = (0.0, 1.0)
 
@@ -126,6 +131,13 @@ class _AdaptiveParametric(BaseModule):
             for p, (low, high) in ((self.kappa_param, self.kappa_init),
                                    (self.lambda_param, self.lambda_init)):
                 p.uniform_(low, high) if low < high else p.fill_(low)
+
+    def activation_stats(self) -> Dict[str, Tensor]:
+        """``kappa`` and ``lambda`` (after the ``lambda_min`` clamp)."""
+        return {
+            'kappa': self.kappa_param.detach(),
+            'lambda': self.lambda_param.detach().clamp(min=self.lambda_min)
+        }
 
     def _check(self, x: Tensor) -> None:
         if self.num_parameters > 1:

@@ -1,5 +1,5 @@
 """AReLU module (paper 001; math in :mod:`mmact.ops.arelu`)."""
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -9,11 +9,13 @@ from torch import Tensor
 
 from mmact.ops import arelu
 
+from .base import LearnableActivation
+
 __all__ = ['AReLU']
 
 
 @MODELS.register_module()
-class AReLU(BaseModule):
+class AReLU(LearnableActivation, BaseModule):
     r"""Attention-based Rectified Linear Unit (paper 001, Eq. 7).
 
     .. math::
@@ -28,6 +30,8 @@ class AReLU(BaseModule):
         inplace (bool): Accepted for mmcv's ``ConvModule`` and ignored.
         init_cfg (dict, optional): mmengine initialisation config.
     """
+
+    no_decay_params = ('alpha', 'beta')
 
     def __init__(self,
                  alpha: float = 0.90,
@@ -52,6 +56,13 @@ class AReLU(BaseModule):
             Tensor: Same shape and dtype as ``x``.
         """
         return arelu(x, self.alpha, self.beta)
+
+    def activation_stats(self) -> Dict[str, Tensor]:
+        """``alpha`` (after its clamp to [0.01, 0.99]) and ``beta``."""
+        return {
+            'alpha': self.alpha.detach().clamp(0.01, 0.99),
+            'beta': self.beta.detach()
+        }
 
     def extra_repr(self) -> str:
         return (f'alpha={self.alpha.item():.4g}, '

@@ -28,7 +28,7 @@ module with no dry run needed.
 """
 import math
 import warnings
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -44,9 +44,13 @@ from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
                             fles_reference, fles_scales, window_expand,
                             window_geometry)
 
+from .base import LearnableActivation
+
 __all__ = ['FleS', 'materialize_lazy_modules', 'build_materialized_model']
 
 _DATA_FORMATS = (None, 'channels_first', 'channels_last')
+#: A gate value above this is in the saturation regime (FleS App. E.1).
+SATURATION_THRESHOLD = 0.9
 
 
 def _positive_int(value, name: str) -> int:
@@ -56,7 +60,7 @@ def _positive_int(value, name: str) -> int:
 
 
 @MODELS.register_module()
-class FleS(LazyModuleMixin, BaseModule):
+class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
     r"""FleS: :math:`\phi(x) = k_{ve}\,\rho(k_{ho} x)\,x`.
 
     ``(k_ve, k_ho) = softplus(MLP_ve(xbar)), softplus(MLP_ho(xbar))`` with
@@ -117,6 +121,12 @@ class FleS(LazyModuleMixin, BaseModule):
     """
 
     cls_to_become = None
+    # The MLP biases are stacked 2-D tensors that mmengine's bias_decay_mult
+    # and flat_decay_mult miss; like every bias they get no decay (fc2_bias
+    # also holds the start value init_bias). The MLP weights are decayed.
+    no_decay_params = ('fc1_bias', 'fc2_bias', 'ind_gamma', 'ind_beta',
+                       'proto_alpha', 'proto_gamma')
+    pointwise = False
 
     def __init__(self,
                  channels: Optional[int] = None,
@@ -319,6 +329,38 @@ class FleS(LazyModuleMixin, BaseModule):
             k_ve, k_ho = window_expand(k_ve, geom), window_expand(k_ho, geom)
         k_ve, k_ho = k_ve.expand_as(xc), k_ho.expand_as(xc)
         return k_ve, k_ho, fles_gate(k_ho * xc, self.gate)
+
+    def forward_stats(self, x: Tensor) -> Dict[str, float]:
+        """The scale statistics of :meth:`scale_stats` for the input ``x``.
+
+        Args:
+            x (Tensor): An input the layer accepts.
+        """
+        return self.scale_stats(*self.scales(x))
+
+    @staticmethod
+    def scale_stats(k_ve: Tensor, k_ho: Tensor,
+                    rho: Tensor) -> Dict[str, float]:
+        """Means of ``k_ve``, ``k_ho`` and of the top 10% of ``k_ve`` (FleS
+        App. E.3), and the share of gate values above
+        :data:`SATURATION_THRESHOLD` (App. E.1).
+
+        Args:
+            k_ve (Tensor): Vertical scales, as :meth:`scales` returns them.
+            k_ho (Tensor): Horizontal scales.
+            rho (Tensor): Gate values ``rho(k_ho * x)``.
+
+        Returns:
+            dict[str, float]: ``k_ve_mean``, ``k_ho_mean``,
+            ``k_ve_top10_mean`` and ``saturation``.
+        """
+        flat_ve = k_ve.reshape(-1)
+        top = flat_ve.topk(max(1, flat_ve.numel() // 10)).values
+        return dict(
+            k_ve_mean=float(flat_ve.mean()),
+            k_ho_mean=float(k_ho.mean()),
+            k_ve_top10_mean=float(top.mean()),
+            saturation=float((rho > SATURATION_THRESHOLD).float().mean()))
 
     def _mlp_params(self, x: Tensor) -> list:
         return [

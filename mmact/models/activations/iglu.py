@@ -1,5 +1,5 @@
 """IGLU and IGLU-APPROX modules (paper 002; math in :mod:`mmact.ops.iglu`)."""
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -9,10 +9,15 @@ from torch import Tensor
 
 from mmact.ops import iglu, iglu_approx
 
+from .base import LearnableActivation
+
 __all__ = ['IGLU', 'IGLUApprox']
 
 
-class _IGLUBase(BaseModule):
+class _IGLUBase(LearnableActivation, BaseModule):
+
+    # only a parameter with learnable_sigma=True; a fixed sigma is a buffer
+    no_decay_params = ('sigma', )
 
     def __init__(self,
                  sigma: float = 1.0,
@@ -31,6 +36,12 @@ class _IGLUBase(BaseModule):
         else:
             self.register_buffer(
                 'sigma', torch.tensor([float(sigma)]), persistent=False)
+
+    def activation_stats(self) -> Dict[str, Tensor]:
+        """``sigma`` when it is learned, else nothing."""
+        if not self.learnable_sigma:
+            return {}
+        return {'sigma': self.sigma.detach()}
 
     def extra_repr(self) -> str:
         return (f'sigma={self.sigma.item():.4g}, '

@@ -56,6 +56,9 @@ class APASELayer(BaseModule):
 
     # Name used by mmcv's build_plugin_layer for the attribute in the block.
     _abbr_ = 'apa_se'
+    # Submodule whose output is the attention weights A(X) (mmact.analysis
+    # records it).
+    attention_source = 'gate'
 
     def __init__(self,
                  in_channels: int,

@@ -1,0 +1,98 @@
+"""The protocol every learnable activation declares once.
+
+A learnable activation mixes in :class:`LearnableActivation` and states, in
+its own file:
+
+* ``no_decay_params``: names of its own parameters that train without weight
+  decay (read by ``ActivationOptimWrapperConstructor`` and
+  :func:`mmact.utils.activation_paramwise_cfg`);
+* :meth:`~LearnableActivation.activation_stats`: its learned values as the
+  forward uses them (read by ``ActivationStatsHook`` and
+  :mod:`mmact.analysis`);
+* :meth:`~LearnableActivation.forward_stats`, for activations whose
+  behaviour depends on the input (FleS): statistics of one forward pass;
+* ``pointwise``: whether ``forward`` is one fixed elementwise curve once the
+  parameters are known (curves and ``E[f(X)]`` are then plotted).
+
+Nothing else in mmact lists activation types, so a new activation touches
+only its own file (see ``docs/contributing.md``).
+"""
+from typing import Dict, Iterator, Tuple
+
+import torch.nn as nn
+from torch import Tensor
+
+__all__ = [
+    'LearnableActivation', 'has_forward_stats', 'no_decay_parameters'
+]
+
+
+class LearnableActivation:
+    """Mixin declaring what optimisers, hooks and probes read.
+
+    Mix it in before the ``nn.Module`` base, e.g.
+    ``class MyAct(LearnableActivation, BaseModule)``.
+
+    Attributes:
+        no_decay_params (tuple[str]): Names of the module's own parameters
+            (not of submodules) that get no weight decay. Names that are
+            not a parameter of an instance (e.g. a buffer when a value is
+            fixed) are skipped.
+        pointwise (bool): ``forward`` applies one elementwise curve per
+            parameter set. Pointwise activations with per-channel
+            parameters also expose ``num_parameters`` and ``channel_dim``.
+    """
+
+    no_decay_params: Tuple[str, ...] = ()
+    pointwise: bool = True
+
+    def activation_stats(self) -> Dict[str, Tensor]:
+        """Learned values as the forward uses them (after clamps).
+
+        Returns:
+            dict[str, Tensor]: Name -> values (one per layer or per
+            channel). Empty when nothing is learned or the values depend on
+            the input.
+        """
+        return {}
+
+    def forward_stats(self, x: Tensor) -> Dict[str, float]:
+        """Statistics of what the layer does to the input ``x``.
+
+        Only input-dependent activations override this;
+        :func:`has_forward_stats` tells which.
+
+        Args:
+            x (Tensor): An input of the layer.
+
+        Returns:
+            dict[str, float]: Name -> value for this input.
+        """
+        return {}
+
+
+def has_forward_stats(module: nn.Module) -> bool:
+    """Whether ``module`` is a learnable activation that overrides
+    :meth:`LearnableActivation.forward_stats`.
+
+    Args:
+        module (nn.Module): Any module.
+    """
+    return (isinstance(module, LearnableActivation) and type(module)
+            .forward_stats is not LearnableActivation.forward_stats)
+
+
+def no_decay_parameters(model: nn.Module) -> Iterator[Tuple[str, Tensor]]:
+    """``(full name, parameter)`` of every parameter a learnable activation
+    of ``model`` declares in ``no_decay_params``.
+
+    Args:
+        model (nn.Module): The model to walk.
+    """
+    for mod_name, module in model.named_modules():
+        if not isinstance(module, LearnableActivation):
+            continue
+        own = dict(module.named_parameters(recurse=False))
+        for name in module.no_decay_params:
+            if name in own:
+                yield (f'{mod_name}.{name}' if mod_name else name), own[name]
