@@ -3,7 +3,9 @@
 #   - GOL classification loss (Gumbel activation + drop-loss), class
 #     frequencies read from the training set by GOLFrequencyHook; fc_cls
 #     initialised as the GOL reference does (weight 0.001, bias -2)
-#   - normalised mask predictor (cosine conv, temperature 20)
+#   - normalised mask predictor: cosine conv with a learnable scale
+#     t ** 2, t = 4.5 at start (Table XV "Norm. Mask scale: learnable";
+#     init as the authors' code)
 #   - repeat-factor sampling (RFS, oversample_thr 1e-3), multi-scale training
 #     (shorter side 640-800), 2x schedule: 24 epochs, SGD lr 0.02 for batch 16
 #     (8 GPUs x 2), weight decay 1e-4 (paper 000, Table XV)
@@ -42,7 +44,7 @@ model = dict(
                     ])
             ]),
         mask_head=dict(
-            predictor_cfg=dict(type='NormedConv2d', tempearture=20))),
+            predictor_cfg=dict(type='LearnableNormedConv2d'))),
     test_cfg=dict(rcnn=dict(score_thr=0.0001, max_per_img=300)))
 custom_hooks = [dict(type='GOLFrequencyHook')]
 

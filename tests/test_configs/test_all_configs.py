@@ -280,8 +280,8 @@ def test_lvis_settings(config):
     ]
     assert fc_cls == [dict(type='Constant', val=0.001, bias=-2.0,
                            override=dict(name='fc_cls'))]
-    assert head.mask_head.predictor_cfg == dict(
-        type='NormedConv2d', tempearture=20)
+    # Table XV: learnable normalised-mask scale
+    assert head.mask_head.predictor_cfg == dict(type='LearnableNormedConv2d')
     train = cfg.train_dataloader
     assert train.dataset.type == 'ClassBalancedDataset'
     assert train.dataset.oversample_thr == 1e-3

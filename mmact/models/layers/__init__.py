@@ -1,3 +1,4 @@
 from .channel_attention import APASELayer, SEAttention
+from .normed_conv import LearnableNormedConv2d
 
-__all__ = ['APASELayer', 'SEAttention']
+__all__ = ['APASELayer', 'SEAttention', 'LearnableNormedConv2d']
