@@ -1,0 +1,106 @@
+"""SMU, the smooth maximum unit (Biswas et al., Smooth Maximum Unit: Smooth
+Activation Function for Deep Networks Using Smoothing Maximum Technique,
+CVPR 2022).
+
+SMU smooths ``max(x, alpha x) = ((1 + a) x + (1 - a) |x|) / 2`` by replacing
+``|x|`` with ``x erf(mu x)``::
+
+    SMU(x; a, mu) = ((1 + a) x + (1 - a) x erf(mu (1 - a) x)) / 2
+
+``a`` (alpha, 0.25 in the paper) is fixed, ``mu`` is learnable; large ``mu``
+tends to Leaky ReLU with slope ``a``. With ``c = 1 - a`` and
+``u = mu c x`` the derivatives are::
+
+    dSMU/dx  = ((1 + a) + c erf(u) + (2 / sqrt(pi)) c u exp(-u^2)) / 2
+    dSMU/dmu = (c x)^2 exp(-u^2) / sqrt(pi)
+
+The operator is a ``torch.autograd.Function`` that saves only the input and
+``mu``. Half-precision inputs are evaluated in float32 and returned in their
+own dtype.
+"""
+import math
+from typing import Union
+
+import torch
+from torch import Tensor
+
+from .apa import _check_input, _compute_dtype
+
+__all__ = ['smu']
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
+
+
+def _mu(mu: Union[Tensor, float], x: Tensor) -> Tensor:
+    if not isinstance(mu, Tensor):
+        # float64, so that a float mu is exact for float64 inputs
+        return torch.tensor(float(mu), dtype=torch.float64, device=x.device)
+    if mu.numel() != 1:
+        raise ValueError(f'mu must hold a single value, got {mu.numel()} '
+                         'values')
+    return mu
+
+
+class _SMUFunction(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mu: Tensor, alpha: float) -> Tensor:
+        ctx.save_for_backward(x, mu)
+        ctx.alpha = alpha
+        z = x.to(_compute_dtype(x))
+        c = 1.0 - alpha
+        m = mu.detach().reshape(()).to(z.dtype)
+        out = torch.mul(z, m * c).erf_().mul_(c).add_(1.0 + alpha)
+        return out.mul_(z).mul_(0.5).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        x, mu = ctx.saved_tensors
+        need_x, need_mu = ctx.needs_input_grad[:2]
+        alpha = ctx.alpha
+        c = 1.0 - alpha
+        z = x.to(_compute_dtype(x))
+        m = mu.detach().reshape(()).to(z.dtype)
+        go = grad_out.to(z.dtype)
+        u = z * (m * c)
+        gauss = torch.mul(u, u).neg_().exp_()  # exp(-u^2)
+        grad_x = grad_mu = None
+        if need_mu:
+            cx2 = torch.mul(z, c).square_()
+            grad_mu = torch.dot(go.reshape(-1),
+                                (cx2 * gauss).reshape(-1)) * _INV_SQRT_PI
+            grad_mu = grad_mu.to(mu.dtype).reshape(mu.shape)
+        if need_x:
+            slope = gauss.mul_(u).mul_(_TWO_OVER_SQRT_PI * c)
+            slope.add_(u.erf_().mul_(c)).add_(1.0 + alpha).mul_(0.5)
+            grad_x = slope.mul_(go).to(x.dtype)
+        return grad_x, grad_mu, None
+
+
+def smu(x: Tensor,
+        mu: Union[Tensor, float] = 1e6,
+        alpha: float = 0.25) -> Tensor:
+    """SMU ``((1 + a) x + (1 - a) x erf(mu (1 - a) x)) / 2``.
+
+    Args:
+        x (Tensor): Floating-point input.
+        mu (Tensor | float): Smoothing parameter; a float or a one-value
+            tensor (learnable). Defaults to 1e6, the authors' initial value
+            (SMU then starts as Leaky ReLU with slope ``alpha``).
+        alpha (float): Slope of the negative part of the approximated
+            ``max(x, alpha x)``, fixed. Defaults to 0.25 (paper).
+
+    Returns:
+        Tensor: Same shape and dtype as ``x``.
+    """
+    _check_input(x, 'smu')
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f'smu: alpha must be a float, got {alpha!r}')
+    mu = _mu(mu, x)
+    if torch.onnx.is_in_onnx_export():
+        z = x.to(_compute_dtype(x))
+        c = 1.0 - alpha
+        u = z * (mu.reshape(()).to(z.dtype) * c)
+        return (0.5 * z * ((1.0 + alpha) + c * torch.erf(u))).to(x.dtype)
+    return _SMUFunction.apply(x.contiguous(), mu, float(alpha))
