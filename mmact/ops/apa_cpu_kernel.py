@@ -2,36 +2,26 @@
 
 Eager PyTorch needs about six passes over memory with three transcendental
 functions each way (softplus alone is exp + log1p); one fused loop does the
-same math in a single pass. The C source below is compiled on first use with
-the system C compiler (``$CC``, default ``cc``) into
-``$MMACT_CACHE_DIR`` (default ``~/.cache/mmact``), keyed by a hash of the
-source, the flags and the CPU capability, and loaded with :mod:`ctypes`.
-exp and log1p are inlined range-limited polynomials (both exponentials
-have non-positive arguments, log1p's argument lies in [0, 1]), so the
-loops vectorize without a vector math library.
+same math in a single pass. exp and log1p are inlined range-limited
+polynomials (both exponentials have non-positive arguments, log1p's argument
+lies in [0, 1]), so the loops vectorize without a vector math library. The
+source is compiled for the host's vector ISA and cached by
+:mod:`mmact.ops.cpu_build`.
 
-Nothing here is required: when no compiler is found, the build fails, the
-platform is not Linux/glibc, or ``MMACT_DISABLE_CPU_KERNEL=1`` is set,
+Nothing here is required: when the kernel cannot be built
 :func:`get_kernel` returns None and the ops use the plain torch path. The
 math is the one of :mod:`mmact.ops.apa`; tests compare both paths.
 """
 import ctypes
-import hashlib
-import os
-import os.path as osp
-import platform
-import shutil
-import subprocess
-import tempfile
-import threading
-import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ['get_kernel', 'CpuKernel']
+from .cpu_build import (build_library, get_library, load_library, run_parallel,
+                        split_ranges)
+
+__all__ = ['get_kernel', 'build_kernel', 'CpuKernel']
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -151,39 +141,14 @@ BWD(apa_bwd, w * g * kinvl, w * g * z, w * (sp - g))
 BWD(aglu_bwd, w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g))
 """
 
-_FLAGS = [
-    '-O3', '-shared', '-fPIC', '-fopenmp-simd', '-fno-math-errno',
-    '-fno-trapping-math', '-ffp-contract=fast', '-std=gnu11'
-]
+_NAME = 'mmact_apa'
 _MIN_PER_THREAD = 1 << 16
-_lock = threading.Lock()
-_kernel = None
-_tried = False
-
-
-def _reset_pool_after_fork() -> None:
-    # threads do not survive fork(); a child starts its own pool
-    if _kernel is not None:
-        _kernel._pool = None
-
-
-if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_reset_pool_after_fork)
-
-
-def _arch_flags() -> list:
-    if platform.machine() not in ('x86_64', 'AMD64'):
-        return []
-    cap = torch.backends.cpu.get_cpu_capability()
-    # libmvec has AVX2 variants; AVX512 machines use them too.
-    return ['-mavx2', '-mfma'] if cap in ('AVX2', 'AVX512') else []
 
 
 class CpuKernel:
     """Handle on the compiled library; see module docstring."""
 
-    def __init__(self, path: str) -> None:
-        lib = ctypes.CDLL(path)
+    def __init__(self, lib: ctypes.CDLL) -> None:
         p, i64 = ctypes.c_void_p, ctypes.c_int64
         for name in ('apa_fwd', 'aglu_fwd'):
             getattr(lib, name).argtypes = [p, p, p, p, i64, i64, i64, i64]
@@ -193,7 +158,6 @@ class CpuKernel:
                     name).argtypes = [p, p, p, p, p, i64, i64, i64, i64, p, p]
             getattr(lib, name).restype = None
         self.lib = lib
-        self._pool: Optional[ThreadPoolExecutor] = None
 
     @staticmethod
     def usable(z: Tensor) -> bool:
@@ -202,25 +166,9 @@ class CpuKernel:
                 and z.device.type == 'cpu' and z.dtype == torch.float32
                 and z.layout == torch.strided)
 
-    def _ranges(self, n: int) -> list:
-        threads = max(1, min(torch.get_num_threads(), n // _MIN_PER_THREAD))
-        step = -(-n // threads)
-        step = -(-step // 64) * 64
-        return [(s, min(s + step, n)) for s in range(0, n, step)]
-
-    def _run(self, fn, ranges, make_args) -> None:
-        if len(ranges) == 1:
-            fn(*make_args(0, *ranges[0]))
-            return
-        if self._pool is None or self._pool._max_workers < len(ranges):
-            self._pool = ThreadPoolExecutor(len(ranges))
-        # ctypes releases the GIL during the call
-        futures = [
-            self._pool.submit(fn, *make_args(t, s, e))
-            for t, (s, e) in enumerate(ranges)
-        ]
-        for f in futures:
-            f.result()
+    @staticmethod
+    def _ranges(n: int) -> list:
+        return split_ranges(n, _MIN_PER_THREAD, align=64)
 
     @staticmethod
     def _layout(z: Tensor, channels: int, channel_dim: int) -> Tuple[int, int]:
@@ -246,7 +194,7 @@ class CpuKernel:
         fn = getattr(self.lib, f'{name}_fwd')
         args = (z.data_ptr(), y.data_ptr(), k.data_ptr(), lam.data_ptr(), C,
                 inner)
-        self._run(fn, self._ranges(n), lambda t, s, e: args + (s, e))
+        run_parallel(fn, self._ranges(n), lambda t, s, e: args + (s, e))
         return y
 
     def backward(self, name: str, z: Tensor, grad_out: Tensor, k: Tensor,
@@ -267,59 +215,32 @@ class CpuKernel:
                     lam.data_ptr(), C, inner)
             step = C * acc.element_size()
             ak, al = acc[0].data_ptr(), acc[1].data_ptr()
-            self._run(
+            run_parallel(
                 fn, ranges, lambda t, s, e: base +
                 (s, e, ak + t * step, al + t * step))
         sums = acc.sum(1)
         return gx, sums[0], sums[1]
 
 
-def _build() -> Optional[str]:
-    if platform.system() != 'Linux':
-        return None
-    cc = os.environ.get('CC', 'cc')
-    if shutil.which(cc) is None:
-        return None
-    flags = _FLAGS + _arch_flags()
-    tag = hashlib.sha1(
-        (_SOURCE + ' '.join(flags) + cc).encode()).hexdigest()[:16]
-    cache = os.environ.get('MMACT_CACHE_DIR',
-                           osp.join(osp.expanduser('~'), '.cache', 'mmact'))
-    path = osp.join(cache, f'apa_cpu_{tag}.so')
-    if osp.exists(path):
-        return path
-    os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        src = osp.join(tmp, 'apa_cpu.c')
-        with open(src, 'w') as f:
-            f.write(_SOURCE)
-        out = osp.join(tmp, 'apa_cpu.so')
-        subprocess.run([cc, *flags, src, '-o', out, '-lm'],
-                       check=True,
-                       capture_output=True,
-                       timeout=120)
-        os.replace(out, path)  # atomic: concurrent builders are fine
-    return path
+def build_kernel(isa: Optional[str] = None,
+                 cache_dir: Optional[str] = None) -> CpuKernel:
+    """Build (or take from the cache) and load the kernel for ``isa``.
+
+    Args:
+        isa: one of :data:`mmact.ops.cpu_build.ISAS`; default the host's.
+        cache_dir: library cache; default as in :mod:`mmact.ops.cpu_build`.
+    """
+    return CpuKernel(
+        load_library(*build_library(_NAME, _SOURCE, isa, cache_dir)))
+
+
+_kernel: Optional[CpuKernel] = None
 
 
 def get_kernel() -> Optional[CpuKernel]:
-    """Return the compiled kernel, building it on first call, or None."""
-    global _kernel, _tried
-    if _tried:
-        return _kernel
-    with _lock:
-        if _tried:
-            return _kernel
-        if os.environ.get('MMACT_DISABLE_CPU_KERNEL', '0') not in ('', '0'):
-            _tried = True
-            return None
-        try:
-            path = _build()
-            _kernel = CpuKernel(path) if path else None
-        except Exception as e:  # compiler/loader problems -> torch path
-            warnings.warn(f'mmact: fused APA/AGLU CPU kernel unavailable '
-                          f'({type(e).__name__}: {str(e)[:200]}); using the '
-                          'slower torch implementation')
-            _kernel = None
-        _tried = True
+    """The kernel for this machine, built on first call, or None."""
+    global _kernel
+    if _kernel is None:
+        lib = get_library(_NAME, _SOURCE)
+        _kernel = None if lib is None else CpuKernel(lib)
     return _kernel

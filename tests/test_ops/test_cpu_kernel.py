@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from mmact.ops import aglu, apa
-from mmact.ops.apa_cpu_kernel import CpuKernel, _build, get_kernel
+from mmact.ops.apa_cpu_kernel import build_kernel, get_kernel
+from mmact.ops.cpu_build import supported_isas
 
 apa_mod = importlib.import_module('mmact.ops.apa')
 OPS = {'apa': apa, 'aglu': aglu}
@@ -103,11 +104,37 @@ def test_threads_split_the_work():
     torch.testing.assert_close(one[3], two[3])
 
 
-def test_build_from_scratch(tmp_path, monkeypatch):
-    monkeypatch.setenv('MMACT_CACHE_DIR', str(tmp_path))
-    path = _build()
-    assert path is not None and path.startswith(str(tmp_path))
-    kernel = CpuKernel(path)
+def test_build_from_scratch(tmp_path):
+    kernel = build_kernel(cache_dir=str(tmp_path))
+    assert any(p.suffix == '.so' for p in tmp_path.iterdir())
     x = torch.randn(8192)
     y = kernel.forward('aglu', x, torch.ones(1), torch.ones(1), 1)
     torch.testing.assert_close(y, torch.nn.functional.silu(x))
+
+
+def _kernel_run(kernel, name, x, k, lam, channel_dim, go):
+    y = kernel.forward(name, x, k, lam, channel_dim)
+    gx, sk, sl = kernel.backward(name, x, go, k, lam, channel_dim)
+    lam64 = lam.double()
+    return y, gx, (sk / lam64).float(), (sl / lam64**2).float()
+
+
+@pytest.mark.parametrize('isa', ['avx512', 'avx2', 'portable'])
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_every_isa_build_matches_float64(isa, name, tmp_path):
+    """Each ISA build this CPU can run, against the float64 torch path
+    (values, input and both parameter gradients)."""
+    if isa not in supported_isas():
+        pytest.skip(f'this CPU cannot run {isa} code (no such hardware)')
+    kernel = build_kernel(isa, cache_dir=str(tmp_path))
+    x, k, lam, go = _inputs((3, 8, 24, 24), 8, seed=6)
+    got = _kernel_run(kernel, name, x, k, lam, 1, go)
+    want = _run(OPS[name], x.double(), k.double(), lam.double(), 1,
+                go.double())
+    for a, b, what in zip(got, want, ('out', 'grad_x', 'grad_k', 'grad_l')):
+        torch.testing.assert_close(
+            a.reshape(b.shape),
+            b.float(),
+            rtol=2e-5,
+            atol=1e-5,
+            msg=f'{isa} {name} {what}')
