@@ -292,6 +292,9 @@ def test_lvis_settings(config):
     assert cfg.param_scheduler[1].milestones == [16, 22]
     assert cfg.optim_wrapper.optimizer.lr == 0.02
     assert cfg.optim_wrapper.optimizer.weight_decay == 1e-4
+    # Table XV: bias weight decay 0, norm weight decay 1e-4
+    assert cfg.optim_wrapper.paramwise_cfg.bias_decay_mult == 0.0
+    assert cfg.optim_wrapper.paramwise_cfg.norm_decay_mult == 1.0
     assert train.batch_size == 2  # x 8 GPUs = 16 images
     assert cfg.model.test_cfg.rcnn.score_thr == 1e-4
     assert cfg.model.test_cfg.rcnn.max_per_img == 300
