@@ -1,11 +1,11 @@
 """mmact: learnable activations and activation-based attention for OpenMMLab."""
-from .utils.compat import (check_mmcv, patch_lvis_numpy,
-                           patch_mmengine_checkpoint_loading)
+from .utils.compat import (allow_mmengine_checkpoint_globals, check_mmcv,
+                           patch_lvis_numpy)
 from .version import __version__, version_info
 
 check_mmcv()
 patch_lvis_numpy()
-patch_mmengine_checkpoint_loading()
+allow_mmengine_checkpoint_globals()
 
 from . import engine, evaluation, models  # noqa: E402  (registers components)
 

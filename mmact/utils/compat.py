@@ -1,12 +1,16 @@
 """Checks and shims that keep the OpenMMLab stack working on current torch/numpy."""
 import importlib
 import importlib.util
-import os.path as osp
+import pickle
 import types
 from pathlib import Path
 
 import numpy as np
 import torch
+
+__all__ = [
+    'check_mmcv', 'patch_lvis_numpy', 'allow_mmengine_checkpoint_globals'
+]
 
 MMCV_MIN, MMCV_MAX = '2.0.0rc4', '2.2.0'
 
@@ -21,14 +25,14 @@ def check_mmcv() -> None:
     mmcv without compiled ops (mmcv-lite) is accepted: the activations need
     none. Compiled ops that were built against another torch fail to load
     with an undefined symbol deep inside a detector; this turns that into an
-    error at ``import mmact`` that says how to rebuild.
+    error that says how to rebuild. The training and test tools call it
+    before building anything.
 
     Raises:
         ImportError: mmcv is outside ``[2.0.0rc4, 2.2.0)`` or its compiled
             ops do not load against the installed torch.
     """
     import mmcv
-    import torch
     from mmengine.utils import digit_version
 
     if not (digit_version(MMCV_MIN) <= digit_version(mmcv.__version__) <
@@ -80,28 +84,61 @@ def patch_lvis_numpy() -> bool:
     return True
 
 
-def _load_local_checkpoint(filename: str, map_location=None) -> dict:
-    """mmengine's local checkpoint loader, with ``weights_only=False``.
+# What a HistoryBuffer pickles: its statistics functions, written by pickle
+# as getattr(HistoryBuffer, name).
+_HISTORY_STATISTICS = ('min', 'max', 'current', 'mean')
 
-    torch >= 2.6 loads with ``weights_only=True`` by default, which rejects
-    the message hub mmengine saves in every checkpoint (a ``HistoryBuffer``
-    that pickles bound methods), so ``--resume``, ``load_from`` and
-    ``tools/test.py`` could not read mmengine's own checkpoints. Like torch
-    before 2.6 this unpickles the file fully: load checkpoints you trust.
+
+def _history_buffer_statistic(owner: type, name: str):
+    """``builtins.getattr`` as mmengine checkpoints use it, and only that.
+
+    The weights-only unpickler resolves the ``getattr`` of a checkpoint to
+    this function, which hands out nothing but the statistics methods of
+    ``HistoryBuffer``.
     """
-    filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
-    return torch.load(filename, map_location=map_location, weights_only=False)
+    from mmengine.logging import HistoryBuffer
+    if owner is HistoryBuffer and name in _HISTORY_STATISTICS:
+        return getattr(owner, name)
+    raise pickle.UnpicklingError(
+        f'weights-only load: getattr({owner!r}, {name!r}) is not allowed '
+        f'(mmact allows getattr(HistoryBuffer, name) for name in '
+        f'{_HISTORY_STATISTICS} only)')
 
 
-def patch_mmengine_checkpoint_loading() -> None:
-    """Let mmengine's CheckpointLoader read its own checkpoints on torch>=2.6.
+def allow_mmengine_checkpoint_globals() -> None:
+    """Let ``torch.load(weights_only=True)`` read mmengine's checkpoints.
 
-    Only the loader mmengine uses for local files is replaced (through its
-    ``register_scheme`` API); other ``torch.load`` callers keep torch's
-    default.
+    torch >= 2.6 loads weights-only by default, and every checkpoint the
+    Runner saves holds its message hub: ``HistoryBuffer`` objects (numpy
+    arrays inside, statistics functions pickled through ``getattr``) and
+    numpy scalars. This adds exactly those classes (numpy: arrays, scalars
+    and the numeric dtypes) and functions to torch's
+    allow-list (``torch.serialization.add_safe_globals``); anything else in
+    a checkpoint is still refused, and ``getattr`` is resolved to
+    :func:`_history_buffer_statistic`, not to the builtin. Names from
+    numpy 1 (``numpy.core``) are mapped too, so older checkpoints load.
     """
-    from mmengine.runner import CheckpointLoader
-    CheckpointLoader.register_scheme(
-        prefixes='', loader=_load_local_checkpoint, force=True)
+    from mmengine.logging import HistoryBuffer
+    from mmengine.utils import digit_version
+    if digit_version(torch.__version__) < digit_version('2.6.0'):
+        return  # older torch unpickles fully by default
+    multiarray = importlib.import_module(
+        'numpy._core.multiarray' if hasattr(np, '_core') else
+        'numpy.core.multiarray')
+    reconstruct, scalar = multiarray._reconstruct, multiarray.scalar
+    # numpy >= 1.25 builds each dtype as its own class (Float64DType, ...)
+    numeric_dtypes = {
+        type(np.dtype(code))
+        for code in '?' + np.typecodes['AllInteger'] + np.typecodes['AllFloat']
+    }
+    torch.serialization.add_safe_globals([
+        HistoryBuffer,
+        np.ndarray,
+        np.dtype,
+        *sorted(numeric_dtypes, key=str),
+        (reconstruct, 'numpy._core.multiarray._reconstruct'),
+        (reconstruct, 'numpy.core.multiarray._reconstruct'),
+        (scalar, 'numpy._core.multiarray.scalar'),
+        (scalar, 'numpy.core.multiarray.scalar'),
+        (_history_buffer_statistic, 'builtins.getattr'),
+    ])

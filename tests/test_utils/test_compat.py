@@ -1,8 +1,16 @@
 import importlib
+import pickle
 
 import numpy as np
 import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.logging import HistoryBuffer
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
 
+import mmact  # noqa: F401  (allow-lists mmengine's checkpoint classes)
 from mmact.utils import compat
 
 
@@ -46,19 +54,78 @@ def test_check_mmcv_rejects_versions_mmdet_cannot_use(monkeypatch):
         compat.check_mmcv()
 
 
-def test_mmengine_reads_its_checkpoints_on_torch_2_6_plus(tmp_path):
-    import torch
-    from mmengine.logging import HistoryBuffer
-    from mmengine.runner import CheckpointLoader
+class _Regression(BaseModel):
+    """y = w x + b on scalars, enough for the Runner to save a checkpoint."""
 
-    buffer = HistoryBuffer()
-    buffer.update(0.5)
-    path = tmp_path / 'epoch_1.pth'
-    torch.save({'state_dict': {'w': torch.ones(2)},
-                'message_hub': {'log_scalars': {'loss': buffer}}}, path)
-    compat.patch_mmengine_checkpoint_loading()
-    checkpoint = CheckpointLoader.load_checkpoint(str(path), 'cpu')
-    assert checkpoint['message_hub']['log_scalars']['loss'].current() == 0.5
-    # Scoped to mmengine's loader: torch's own default stays weights-only.
-    with pytest.raises(Exception, match='Weights only load failed'):
-        torch.load(path)
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1, 1)
+
+    def forward(self, inputs, targets, mode='tensor'):
+        out = self.fc(torch.stack(inputs)).flatten()
+        if mode == 'loss':
+            return dict(loss=F.mse_loss(out, torch.stack(targets)))
+        return out
+
+
+class _Points(torch.utils.data.Dataset):
+    metainfo = dict(classes=('point', ))
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return dict(inputs=torch.tensor([float(i)]),
+                    targets=torch.tensor(2.0 * i))
+
+
+def _runner(work_dir, max_epochs, **kwargs):
+    return Runner(
+        model=_Regression(),
+        work_dir=str(work_dir),
+        train_dataloader=dict(
+            dataset=_Points(),
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            batch_size=2),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01,
+                                          momentum=0.9)),
+        param_scheduler=dict(type='MultiStepLR', milestones=[1]),
+        train_cfg=dict(by_epoch=True, max_epochs=max_epochs),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
+        default_scope='mmengine',
+        experiment_name=work_dir.name,
+        **kwargs)
+
+
+def test_runner_checkpoints_load_weights_only_and_resume(tmp_path):
+    _runner(tmp_path / 'first', max_epochs=1).train()
+    path = tmp_path / 'first' / 'epoch_1.pth'
+    # torch's weights-only loader, as torch >= 2.6 uses by default
+    checkpoint = torch.load(path, weights_only=True)
+    loss = checkpoint['message_hub']['log_scalars']['train/loss']
+    assert isinstance(loss, HistoryBuffer) and np.isfinite(loss.mean())
+    assert checkpoint['meta']['epoch'] == 1
+    runner = _runner(tmp_path / 'second', max_epochs=2, load_from=str(path),
+                     resume=True)
+    runner.train()
+    assert runner.epoch == 2 and runner.iter == 4
+    torch.testing.assert_close(
+        torch.load(tmp_path / 'second' / 'epoch_2.pth',
+                   weights_only=True)['state_dict']['fc.weight'],
+        runner.model.fc.weight.detach())
+
+
+class _Payload:
+    """Stands for any object a checkpoint must not be able to create."""
+
+
+@pytest.mark.parametrize(
+    'obj, message',
+    [(_Payload(), 'Unsupported global'),
+     (HistoryBuffer.update, r'getattr\(.*HistoryBuffer.*update'),
+     (np.ndarray.tofile, r'getattr\(.*ndarray.*tofile')])
+def test_weights_only_still_refuses_other_objects(tmp_path, obj, message):
+    path = tmp_path / 'other.pth'
+    torch.save({'state_dict': {'w': torch.ones(1)}, 'extra': obj}, path)
+    with pytest.raises(pickle.UnpicklingError, match=message):
+        torch.load(path, weights_only=True)
