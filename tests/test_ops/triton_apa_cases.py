@@ -1,0 +1,231 @@
+"""Cases for the Triton APA / AGLU kernels, run by test_triton_kernels.py.
+
+Not collected on its own (no ``test_`` prefix): it must run in a process
+that has ``MMACT_TEST_DEVICE`` set to ``cpu`` (with ``TRITON_INTERPRET=1``
+and ``MMACT_TRITON=1`` set before start-up) or ``cuda``. The float64
+reference is mmact's own torch path (float64 never takes the Triton path);
+it is checked against the paper's formula in test_apa.py.
+"""
+import os
+
+import pytest
+import torch
+
+import mmact.ops.triton.apa as triton_apa
+from mmact.models.activations import AGLU
+from mmact.ops import aglu, apa
+
+DEVICE = os.environ.get('MMACT_TEST_DEVICE', 'cpu')
+OPS = {'apa': apa, 'aglu': aglu}
+# relative L2 error of values / grad_x: output rounding of the dtype
+TOL = {torch.float32: 2e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+DTYPES = list(TOL)
+
+
+@pytest.fixture(autouse=True)
+def count_triton_calls(monkeypatch):
+    """Every case must go through the Triton launchers."""
+    calls = []
+    for fn in ('eta_forward', 'eta_backward'):
+        orig = getattr(triton_apa, fn)
+
+        def wrapped(*args, _orig=orig, _fn=fn, **kwargs):
+            calls.append(_fn)
+            return _orig(*args, **kwargs)
+
+        monkeypatch.setattr(triton_apa, fn, wrapped)
+    yield calls
+    assert 'eta_forward' in calls
+
+
+def rel(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    assert torch.isfinite(a).all()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def run(name, x, kappa, lam, channel_dim=1, grad_out=None):
+    """Output and (x, kappa, lambda) grads of the op; float64 x -> the torch
+    path (the reference), other dtypes -> Triton."""
+    x = x.detach().requires_grad_()
+    kappa = kappa.detach().requires_grad_()
+    lam = lam.detach().requires_grad_()
+    y = OPS[name](x, kappa, lam, channel_dim=channel_dim)
+    if grad_out is None:
+        grad_out = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, kappa, lam), grad_out.to(y.dtype))
+    return (y, ) + grads
+
+
+def check(name, x, kappa, lam, channel_dim=1, dtype=torch.float32):
+    """Compare the Triton path on ``x.to(dtype)`` with the float64 torch
+    path on the same (rounded) values."""
+    xq = x.to(dtype)
+    go = torch.randn(x.shape, device=x.device).to(dtype)
+    out = run(name, xq, kappa, lam, channel_dim, go)
+    ref = run(name, xq.double(), kappa.double(), lam.double(), channel_dim,
+              go.double())
+    assert out[0].dtype == dtype and out[1].dtype == dtype
+    assert out[0].shape == x.shape and out[1].shape == x.shape
+    assert out[2].shape == kappa.shape and out[3].shape == lam.shape
+    assert out[2].dtype == kappa.dtype and out[3].dtype == lam.dtype
+    for got, want, tol in zip(out, ref, (TOL[dtype], TOL[dtype], 1e-5, 1e-5)):
+        assert rel(got, want) < tol, (rel(got, want), tol)
+
+
+def params(channels, seed=0, kappa_range=(0.5, 1.5), lam_range=(0.2, 1.5)):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.empty(channels).uniform_(*kappa_range, generator=g)
+    lam = torch.empty(channels).uniform_(*lam_range, generator=g)
+    return k.to(DEVICE), lam.to(DEVICE)
+
+
+def randn(*shape, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(DEVICE)
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('channels', [1, 5])
+def test_nchw_odd_sizes(name, dtype, channels):
+    # 37 * 29 = 1073 pixels per plane: not a multiple of any tile
+    check(name, randn(2, 5, 37, 29), *params(channels), dtype=dtype)
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_nlc_channels_last_dim(name, dtype):
+    check(name, randn(3, 301, 6), *params(6), channel_dim=-1, dtype=dtype)
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_channels_last_memory_format(name):
+    x = randn(2, 6, 9, 11).contiguous(memory_format=torch.channels_last)
+    check(name, x, *params(6))
+    y = apa(x, *params(6)) if name == 'apa' else aglu(x, *params(6))
+    assert y.stride() == x.stride()  # processed in place order, no copy
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_non_contiguous_input(name):
+    x = randn(4, 6, 10, 14)[:, ::2, 1:, ::3]  # (4, 3, 9, 5) strided view
+    assert not x.is_contiguous()
+    check(name, x, *params(3))
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('scalar', ['kappa', 'lambda'])
+def test_mixed_per_channel_and_scalar(name, scalar):
+    """One parameter shared, the other per channel: the shared one's
+    gradient is the sum of the per-channel gradients of its copies."""
+    x = randn(2, 5, 7, 3)
+    k, lam = params(5)
+    if scalar == 'kappa':
+        k = k[:1]
+    else:
+        lam = lam[:1]
+    go = torch.randn_like(x)
+    out = run(name, x, k, lam, grad_out=go)
+    ref = run(
+        name,
+        x.double(),
+        k.double().expand(5),
+        lam.double().expand(5),
+        grad_out=go.double())
+    ref = list(ref)
+    ref[2 if scalar == 'kappa' else 3] = ref[2 if scalar ==
+                                             'kappa' else 3].sum().reshape(1)
+    for got, want, tol in zip(out, ref, (2e-6, 2e-6, 1e-5, 1e-5)):
+        assert got.shape == want.shape
+        assert rel(got, want) < tol
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_extreme_inputs_and_lambda_at_clamp(name, dtype):
+    base = torch.tensor(
+        [-1e4, -300.0, -30.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 30.0, 300.0, 1e4])
+    x = base.repeat(2, 4, 1).to(DEVICE)  # (2, 4, 11)
+    if dtype == torch.float16:
+        x = x.clamp(-6e4, 6e4)
+    # negative, small and large slopes; lambda 0 is clamped to 1e-4
+    k = torch.tensor([-1.0, 0.05, 1.0, 8.0], device=DEVICE)
+    lam = torch.tensor([0.0, 1e-4, 1.0, 50.0], device=DEVICE)
+    xq = x.to(dtype)
+    go = torch.randn(x.shape, device=DEVICE).to(dtype)
+    out = run(name, xq, k, lam, grad_out=go)
+    ref = run(name, xq.double(), k.double(), lam.double(), grad_out=go)
+    assert out[0].dtype == dtype
+    for got, want in zip(out, ref):
+        assert torch.isfinite(got).all()
+        # elementwise: |err| <= tol * (|ref| + 1) (huge values: relative)
+        err = (got.double().cpu() - want.cpu()).abs()
+        scale = want.cpu().abs() + 1.0
+        tol = TOL[dtype] * 10 if got.dtype == dtype else 1e-5
+        assert (err <= tol * scale).all(), (err / scale).max()
+
+
+def test_silu_and_sigmoid_special_case():
+    x = randn(3, 4, 33, seed=4)
+    one = torch.ones(1, device=DEVICE)
+    torch.testing.assert_close(aglu(x, one, one), torch.nn.functional.silu(x))
+    torch.testing.assert_close(apa(x, one, one), torch.sigmoid(x))
+
+
+def test_only_some_gradients():
+    x = randn(2, 3, 5, 5, seed=5)
+    k, lam = params(3)
+    xg = x.clone().requires_grad_()
+    (gx, ) = torch.autograd.grad(aglu(xg, k, lam).sum(), xg)
+    kg = k.clone().requires_grad_()
+    (gk, ) = torch.autograd.grad(apa(x, kg, lam).square().sum(), kg)
+    ref = run(
+        'aglu',
+        x.double(),
+        k.double(),
+        lam.double(),
+        grad_out=torch.ones_like(x.double()))
+    assert rel(gx, ref[1]) < TOL[torch.float32]
+    kd = k.double().requires_grad_()
+    (gk_ref, ) = torch.autograd.grad(
+        apa(x.double(), kd, lam.double()).square().sum(), kd)
+    assert rel(gk, gk_ref) < 1e-5
+
+
+def test_empty_input():
+    x = torch.empty(0, 3, 4, 4, device=DEVICE, requires_grad=True)
+    k, lam = params(3)
+    k.requires_grad_()
+    y = aglu(x, k, lam)
+    y.sum().backward()
+    assert y.shape == x.shape and torch.equal(k.grad, torch.zeros_like(k))
+
+
+def test_module_through_triton():
+    """The AGLU module (per-channel, channels-last NLC) on the Triton path."""
+    torch.manual_seed(0)
+    act = AGLU(num_parameters=6, channel_dim=-1).to(DEVICE)
+    x = randn(2, 17, 6, seed=6).requires_grad_()
+    act(x).square().sum().backward()
+    assert act.kappa_param.grad is not None
+    assert torch.isfinite(act.lambda_param.grad).all()
+    assert x.grad.shape == x.shape
+
+
+@pytest.mark.skipif(
+    DEVICE != 'cuda', reason='needs a CUDA GPU (2**31 '
+    'elements)')
+def test_more_than_2_pow_31_elements():
+    n = 2**31 + 3 * 1024 + 5
+    x = torch.empty(n, device='cuda', dtype=torch.bfloat16)
+    x[:4096].normal_()
+    x[-4096:].normal_()
+    one = torch.ones(1, device='cuda')
+    y = aglu(x, one, one)
+    for part in (slice(0, 4096), slice(n - 4096, n)):
+        torch.testing.assert_close(
+            y[part].float(),
+            torch.nn.functional.silu(x[part].float()),
+            rtol=1e-2,
+            atol=1e-2)
