@@ -9,32 +9,25 @@ Both hooks are removed on exit, so the model is unchanged afterwards.
 """
 import math
 from collections import defaultdict
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mmact.models.activations import AGLU, APA, IGLU, AReLU, FleS, IGLUApprox
-from mmact.models.layers import APASELayer
+from mmact.models.activations import FleS
+from mmact.models.activations.base import LearnableActivation
 
 __all__ = [
-    'POINTWISE_ACTIVATIONS', 'LEARNED_ACTIVATIONS', 'find_modules',
-    'activation_parameters', 'activation_curve', 'expected_output',
-    'AttentionRecorder', 'FleSRecorder', 'SATURATION_THRESHOLD'
+    'find_modules', 'activation_parameters', 'activation_curve',
+    'expected_output', 'AttentionRecorder', 'FleSRecorder'
 ]
-
-#: Activations that act elementwise (a curve per parameter set).
-POINTWISE_ACTIVATIONS = (APA, AGLU, AReLU, IGLU, IGLUApprox)
-#: Every activation type the analysis tools report.
-LEARNED_ACTIVATIONS = POINTWISE_ACTIVATIONS + (FleS, )
-#: FleS App. E.1: a gate value above this is in the saturation regime.
-SATURATION_THRESHOLD = 0.9
 
 
 def find_modules(model: nn.Module,
-                 types: Sequence[type] = LEARNED_ACTIVATIONS
+                 types: Sequence[type] = (LearnableActivation, ),
+                 pointwise: Optional[bool] = None
                  ) -> List[Tuple[str, nn.Module]]:
     """``(name, module)`` of every module of the given types, in the order
     they were registered (depth order for ResNets, whose blocks register
@@ -42,47 +35,44 @@ def find_modules(model: nn.Module,
 
     Args:
         model (nn.Module): The model to search.
-        types (Sequence[type]): Module classes to find.
+        types (Sequence[type]): Module classes to find. Defaults to every
+            learnable activation.
+        pointwise (bool, optional): Keep only learnable activations whose
+            ``pointwise`` flag has this value. Defaults to None (all).
     """
-    return [(name, m) for name, m in model.named_modules()
-            if isinstance(m, tuple(types))]
+    found = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, tuple(types))]
+    if pointwise is None:
+        return found
+    return [(name, m) for name, m in found
+            if getattr(m, 'pointwise', None) is pointwise]
+
+
+def _check_learnable(module: nn.Module, caller: str) -> None:
+    if not isinstance(module, LearnableActivation):
+        raise TypeError(f'{caller}: {type(module).__name__} is not a '
+                        'learnable activation (mmact.models.activations.'
+                        'base.LearnableActivation)')
 
 
 def activation_parameters(module: nn.Module) -> Dict[str, np.ndarray]:
-    """The learned parameters of an activation, as the forward uses them.
-
-    * APA / AGLU: ``kappa`` and ``lambda`` (lambda after its ``lambda_min``
-      clamp), one entry or one per channel.
-    * AReLU: ``alpha`` (after its clamp to [0.01, 0.99]) and ``beta``.
-    * IGLU / IGLU-APPROX: ``sigma``.
-    * FleS: none (its scales depend on the input; see
-      :class:`FleSRecorder`).
+    """The learned values of an activation as the forward uses them: its
+    ``activation_stats()``, e.g. APA / AGLU ``kappa`` and ``lambda`` (after
+    the ``lambda_min`` clamp), AReLU ``alpha`` (clamped) and ``beta``, a
+    learnable IGLU ``sigma``; none for FleS, whose scales depend on the
+    input (see :class:`FleSRecorder`).
 
     Args:
-        module (nn.Module): One of :data:`LEARNED_ACTIVATIONS`.
+        module (nn.Module): A learnable activation.
 
     Returns:
-        dict[str, np.ndarray]: Name -> float64 values.
+        dict[str, np.ndarray]: Name -> float64 values, flattened.
     """
-
-    def values(t: Tensor) -> np.ndarray:
-        return t.detach().double().cpu().reshape(-1).numpy()
-
-    if isinstance(module, (APA, AGLU)):
-        return dict(
-            kappa=values(module.kappa_param),
-            **{'lambda': values(module.lambda_param.clamp(
-                min=module.lambda_min))})
-    if isinstance(module, AReLU):
-        return dict(alpha=values(module.alpha.clamp(0.01, 0.99)),
-                    beta=values(module.beta))
-    if isinstance(module, (IGLU, IGLUApprox)):
-        return dict(sigma=values(module.sigma))
-    if isinstance(module, FleS):
-        return {}
-    raise TypeError(f'activation_parameters: {type(module).__name__} is not '
-                    'one of ' + ', '.join(t.__name__
-                                          for t in LEARNED_ACTIVATIONS))
+    _check_learnable(module, 'activation_parameters')
+    return {
+        key: t.detach().double().cpu().reshape(-1).numpy()
+        for key, t in module.activation_stats().items()
+    }
 
 
 def _num_curves(module: nn.Module) -> int:
@@ -94,18 +84,18 @@ def activation_curve(module: nn.Module, z: Tensor) -> Tensor:
     """Evaluate a pointwise activation on the points ``z``.
 
     Args:
-        module (nn.Module): One of :data:`POINTWISE_ACTIVATIONS`.
+        module (nn.Module): A learnable activation with ``pointwise=True``.
         z (Tensor): 1-D points.
 
     Returns:
-        Tensor: ``(P, len(z))``: one curve per parameter set (P = C for
-        per-channel APA / AGLU, else 1).
+        Tensor: ``(P, len(z))``: one curve per parameter set (P =
+        ``num_parameters`` for per-channel activations, else 1).
     """
-    if not isinstance(module, POINTWISE_ACTIVATIONS):
+    _check_learnable(module, 'activation_curve')
+    if not module.pointwise:
         raise TypeError(
-            f'activation_curve: {type(module).__name__} is not pointwise; '
-            'expected one of ' + ', '.join(t.__name__
-                                          for t in POINTWISE_ACTIVATIONS))
+            f'activation_curve: {type(module).__name__} is not pointwise '
+            '(its output depends on more than each element)')
     if z.dim() != 1:
         raise ValueError(f'activation_curve: z must be 1-D, got shape '
                          f'{tuple(z.shape)}')
@@ -131,7 +121,7 @@ def expected_output(module: nn.Module) -> np.ndarray:
     about 0.2066, ReLU ``1 / sqrt(2 pi) = 0.3989``.
 
     Args:
-        module (nn.Module): One of :data:`POINTWISE_ACTIVATIONS`.
+        module (nn.Module): A learnable activation with ``pointwise=True``.
 
     Returns:
         np.ndarray: ``(P,)`` expectations, float64.
@@ -167,14 +157,16 @@ class _HookRecorder:
 def _attention_sources(model: nn.Module) -> List[Tuple[str, nn.Module]]:
     """Modules whose output is a layer's channel-attention weights.
 
-    mmact's :class:`APASELayer` / ``SEAttention``: their ``gate``.
-    mmpretrain's and mmdet's ``SELayer`` (1x1-conv SE): their ``conv2``
-    ConvModule, which ends with the sigmoid.
+    Layers naming the submodule in an ``attention_source`` attribute (mmact's
+    ``APASELayer`` / ``SEAttention``: their ``gate``); mmpretrain's and
+    mmdet's ``SELayer`` (1x1-conv SE): their ``conv2`` ConvModule, which ends
+    with the sigmoid.
     """
     sources = []
     for name, module in model.named_modules():
-        if isinstance(module, APASELayer):
-            sources.append((name, module.gate))
+        source = getattr(type(module), 'attention_source', None)
+        if isinstance(source, str):
+            sources.append((name, module.get_submodule(source)))
         elif type(module).__name__ == 'SELayer' and hasattr(module, 'conv2'):
             sources.append((name, module.conv2))
     return sources
@@ -269,18 +261,14 @@ class FleSRecorder(_HookRecorder):
     def _record(self, name: str, k_ve: Tensor, k_ho: Tensor,
                 rho: Tensor) -> None:
         sums = self._sums.setdefault(name, defaultdict(float))
-        flat_ve = k_ve.reshape(-1)
-        top = flat_ve.topk(max(1, flat_ve.numel() // 10)).values
         sums['passes'] += 1
-        sums['k_ve_mean'] += float(flat_ve.mean())
-        sums['k_ho_mean'] += float(k_ho.mean())
-        sums['k_ve_top10_mean'] += float(top.mean())
-        sums['saturation'] += float(
-            (rho > SATURATION_THRESHOLD).float().mean())
+        for key, value in FleS.scale_stats(k_ve, k_ho, rho).items():
+            sums[key] += value
         if not self.max_values:
             return
         values = self._values.setdefault(name, defaultdict(list))
-        for key, t in (('k_ve', flat_ve), ('k_ho', k_ho.reshape(-1))):
+        for key, t in (('k_ve', k_ve.reshape(-1)), ('k_ho',
+                                                    k_ho.reshape(-1))):
             if t.numel() > self.max_values:
                 index = torch.randperm(
                     t.numel(), generator=self._generator)[:self.max_values]

@@ -1,4 +1,4 @@
-from . import hooks  # noqa: F401
+from . import hooks, optimizers  # noqa: F401
 from .model_wrappers import CPUDistributedDataParallel
 
-__all__ = ['hooks', 'CPUDistributedDataParallel']
+__all__ = ['hooks', 'optimizers', 'CPUDistributedDataParallel']

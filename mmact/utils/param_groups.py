@@ -1,24 +1,22 @@
 """Optimizer param-group helper: no weight decay on activation parameters.
 
-The APA/AGLU paper (000, App. "Implementation details") trains kappa and
-lambda without weight decay; the same holds for AReLU's alpha/beta and a
-learnable IGLU sigma.
+Configs use ``ActivationOptimWrapperConstructor`` (it reads the same
+protocol at build time); this helper writes the equivalent mmengine
+``paramwise_cfg`` for code that builds its optimizer itself or must keep
+the default constructor.
 """
 from typing import Dict, Optional
 
 import torch.nn as nn
 
+from mmact.models.activations import APA
+from mmact.models.activations.base import no_decay_parameters
+
 __all__ = ['ACTIVATION_PARAM_KEYS', 'activation_paramwise_cfg']
 
-#: Keys that only mmact activation parameters carry (mmengine matches a
-#: custom key as a substring of ``<module path>.<param name>``).
-ACTIVATION_PARAM_KEYS = ('.kappa_param', '.lambda_param')
-
-
-def _activation_types() -> tuple:
-    # the element-wise activations whose parameters are all shape scalars
-    from mmact.models.activations import AGLU, APA, IGLU, AReLU, IGLUApprox
-    return (APA, AGLU, AReLU, IGLU, IGLUApprox)
+#: Keys that only APA / AGLU parameters carry (mmengine matches a custom key
+#: as a substring of ``<module path>.<param name>``).
+ACTIVATION_PARAM_KEYS = tuple(f'.{name}' for name in APA.no_decay_params)
 
 
 def activation_paramwise_cfg(model: Optional[nn.Module] = None,
@@ -30,10 +28,10 @@ def activation_paramwise_cfg(model: Optional[nn.Module] = None,
     Without ``model`` the keys are ``'.kappa_param'`` and ``'.lambda_param'``
     (APA, AGLU and everything built on them, e.g. APA* attention); these
     names occur nowhere else, so conv / norm weights are never matched.
-    AReLU's ``alpha`` / ``beta`` and IGLU's ``sigma`` have generic names that
-    other layers also use (e.g. mmdet's AutoAssign head has a ``sigma``), so
-    they are covered only when ``model`` is given: every parameter of an
-    APA, AGLU, AReLU, IGLU or IGLUApprox module is then listed by its full
+    Other activations' parameters have generic names that other layers also
+    use (e.g. mmdet's AutoAssign head has a ``sigma``), so they are covered
+    only when ``model`` is given: every parameter a learnable activation of
+    the model declares in ``no_decay_params`` is then listed by its full
     name.
 
     Example:
@@ -60,12 +58,11 @@ def activation_paramwise_cfg(model: Optional[nn.Module] = None,
         if not isinstance(model, nn.Module):
             raise TypeError('model must be an nn.Module, got '
                             f'{type(model).__name__}')
-        types = _activation_types()
-        for mod_name, module in model.named_modules():
-            if isinstance(module, types):
-                for p_name, _ in module.named_parameters(recurse=False):
-                    keys.append(
-                        f'{mod_name}.{p_name}' if mod_name else f'.{p_name}')
+        # mmengine matches '.<name>' for a parameter of the root module
+        keys += [
+            name if '.' in name else f'.{name}'
+            for name, _ in no_decay_parameters(model)
+        ]
     custom_keys = {key: dict(decay_mult=decay_mult) for key in keys}
     custom_keys.update(extra_paramwise.pop('custom_keys', {}) or {})
     return dict(custom_keys=custom_keys, **extra_paramwise)

@@ -26,6 +26,9 @@ def test_find_modules_in_registration_order():
     names = [name for name, _ in find_modules(model)]
     assert names == ['0', '2', '3', '5']
     assert [n for n, _ in find_modules(model, (APA, ))] == ['2']
+    model.append(FleS(channels=2, reduction=1))
+    assert [n for n, _ in find_modules(model, pointwise=False)] == ['6']
+    assert [n for n, _ in find_modules(model, pointwise=True)] == names
 
 
 def test_activation_parameters_as_used_by_forward():
@@ -39,9 +42,11 @@ def test_activation_parameters_as_used_by_forward():
     p = activation_parameters(arelu)
     np.testing.assert_allclose(p['alpha'], [0.99])
     np.testing.assert_allclose(p['beta'], [0.3], rtol=1e-6)
-    assert activation_parameters(IGLU(sigma=2.0))['sigma'] == [2.0]
+    learned = IGLU(sigma=2.0, learnable_sigma=True)
+    assert activation_parameters(learned)['sigma'] == [2.0]
+    assert activation_parameters(IGLU(sigma=2.0)) == {}  # fixed: not learned
     assert activation_parameters(FleS(channels=8, reduction=4)) == {}
-    with pytest.raises(TypeError, match='not one of'):
+    with pytest.raises(TypeError, match='not a learnable activation'):
         activation_parameters(nn.ReLU())
 
 
@@ -64,6 +69,8 @@ def test_activation_curve_matches_formula():
     torch.testing.assert_close(activation_curve(tokens, z), curves)
     with pytest.raises(TypeError, match='not pointwise'):
         activation_curve(FleS(channels=8, reduction=4), z)
+    with pytest.raises(TypeError, match='not a learnable activation'):
+        activation_curve(nn.SiLU(), z)
 
 
 def test_expected_output_against_quadrature():

@@ -4,7 +4,8 @@ import torch.nn as nn
 from mmengine.optim import build_optim_wrapper
 
 import mmact  # noqa: F401
-from mmact.models.activations import AGLU, APA, IGLU, AReLU, IGLUApprox
+from mmact.models.activations import (AGLU, APA, IGLU, AReLU, FleS,
+                                      IGLUApprox)
 from mmact.utils import activation_paramwise_cfg
 
 
@@ -19,6 +20,7 @@ class Net(nn.Module):
         self.arelu = AReLU()
         self.iglu = IGLU(learnable_sigma=True)
         self.iglu_fixed = IGLUApprox()
+        self.fles = FleS(channels=8, reduction=4)
         # look-alike names that must keep their weight decay
         self.head = nn.Linear(8, 2)
         self.head.alpha = nn.Parameter(self.head.weight.new_ones(1))
@@ -50,7 +52,10 @@ def test_build_optim_wrapper(with_model):
         'gate.lambda_param'
     }
     if with_model:
-        no_decay |= {'arelu.alpha', 'arelu.beta', 'iglu.sigma'}
+        no_decay |= {
+            'arelu.alpha', 'arelu.beta', 'iglu.sigma', 'fles.fc1_bias',
+            'fles.fc2_bias'
+        }
     for name, wd in decay.items():
         assert wd == (0.0 if name in no_decay else 1e-4), name
     assert decay['conv.weight'] == 1e-4 and decay['head.alpha'] == 1e-4

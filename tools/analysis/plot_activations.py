@@ -38,7 +38,6 @@ from mmact.analysis import (FleSRecorder, activation_curve,  # noqa: E402
                             sample_batches, save_figure, save_json)
 from mmact.analysis.cli import (analysis_parser,  # noqa: E402
                                 config_and_model, figure_path)
-from mmact.analysis.probes import POINTWISE_ACTIVATIONS  # noqa: E402
 from mmact.models.activations import FleS  # noqa: E402
 
 MAX_CURVES_PER_LAYER = 16
@@ -75,11 +74,12 @@ def plot_curves(groups: Dict[str, list], path: str) -> None:
             for curve in curves[:MAX_CURVES_PER_LAYER]:
                 ax.plot(z, curve, color=color, lw=0.8,
                         alpha=0.9 if len(curves) == 1 else 0.4)
-        label, reference = REFERENCES[kind]
-        ax.plot(z, reference(z), 'k--', lw=0.8, label=label)
+        if kind in REFERENCES:
+            label, reference = REFERENCES[kind]
+            ax.plot(z, reference(z), 'k--', lw=0.8, label=label)
+            ax.legend(loc='upper left', fontsize=8)
         ax.set(title=f'{kind} ({len(layers)} layers)', xlabel='x',
                ylabel='f(x)')
-        ax.legend(loc='upper left', fontsize=8)
         mappable = plt.cm.ScalarMappable(
             cmap=cmap, norm=plt.Normalize(0, max(len(layers) - 1, 1)))
         fig.colorbar(mappable, ax=ax, label='layer (depth order)')
@@ -138,12 +138,12 @@ def main() -> None:
         num_samples=8)
     args = parser.parse_args()
     cfg, model = config_and_model(args)
-    pointwise = find_modules(model, POINTWISE_ACTIVATIONS)
+    pointwise = find_modules(model, pointwise=True)
     fles = find_modules(model, (FleS, ))
     if not pointwise and not fles:
         raise SystemExit(
             f'{args.config}: the model has no learned activation (APA, AGLU, '
-            'AReLU, IGLU, IGLUApprox or FleS)')
+            'AReLU, IGLU, FleS, ...)')
 
     out = {'layers': []}
     rows = []

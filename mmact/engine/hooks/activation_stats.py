@@ -1,17 +1,51 @@
 """Log what the learned activations are doing while a model trains."""
 from collections import defaultdict
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import torch
+import torch.nn as nn
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from mmact.analysis.probes import (FleSRecorder, activation_parameters,
-                                   find_modules)
-from mmact.models.activations import IGLU, FleS, IGLUApprox
+from mmact.models.activations.base import (LearnableActivation,
+                                           has_forward_stats)
 
 __all__ = ['ActivationStatsHook']
+
+
+class _ForwardStatsRecorder:
+    """Forward pre-hooks collecting ``forward_stats`` of the given layers
+    until :meth:`remove`."""
+
+    def __init__(self, layers: List[Tuple[str, nn.Module]]) -> None:
+        self._records: Dict[str, List[Dict[str, float]]] = defaultdict(list)
+        self._handles = [
+            module.register_forward_pre_hook(self._hook(name))
+            for name, module in layers
+        ]
+
+    def _hook(self, name: str):
+
+        def hook(module, inputs):
+            with torch.no_grad():
+                self._records[name].append(module.forward_stats(inputs[0]))
+
+        return hook
+
+    def remove(self) -> Dict[str, Dict[str, float]]:
+        """Remove the hooks; layer name -> mean of each statistic over the
+        recorded passes."""
+        for handle in self._handles:
+            handle.remove()
+        return {
+            name: {
+                key: float(np.mean([r[key] for r in records]))
+                for key in records[0]
+            }
+            for name, records in self._records.items()
+        }
 
 
 @HOOKS.register_module()
@@ -23,25 +57,28 @@ class ActivationStatsHook(Hook):
 
         custom_hooks = [dict(type='ActivationStatsHook', interval=50)]
 
-    The values go to the runner's logger (one line) and to every visualizer
-    backend (``add_scalars``: TensorBoard, W&B, ``scalars.json``), under:
+    It reads what each learnable activation declares (see
+    :class:`~mmact.models.activations.base.LearnableActivation`), so every
+    activation is covered without listing types here. The values go to the
+    runner's logger (one line) and to every visualizer backend
+    (``add_scalars``: TensorBoard, W&B, ``scalars.json``), under:
 
-    * ``{prefix}/{Type}.{param}_{mean,min,max}`` over all layers of a type,
-      e.g. ``act/AGLU.kappa_mean``, ``act/APA.lambda_max`` (APA is the gate
-      of APA* attention), ``act/AReLU.alpha_min``; IGLU's ``sigma`` only when
-      it is learnable.
-    * ``{prefix}/FleS.{k_ve_mean,k_ho_mean,k_ve_top10_mean,saturation}``:
-      the FleS scales of that iteration's forward pass, averaged over layers
-      (saturation: share of gate values above 0.9, FleS App. E.1).
-    * with ``per_layer=True`` also ``{prefix}/{layer}.{param}`` per layer
-      (the mean over channels for per-channel parameters).
+    * ``{prefix}/{Type}.{name}_{mean,min,max}`` over all layers of a type for
+      each value of ``activation_stats()``, e.g. ``act/AGLU.kappa_mean``,
+      ``act/APA.lambda_max`` (APA is the gate of APA* attention),
+      ``act/AReLU.alpha_min``; IGLU's ``sigma`` only when it is learnable.
+    * ``{prefix}/{Type}.{name}``: each value of ``forward_stats()`` for that
+      iteration's forward pass, averaged over the layers of a type (FleS:
+      ``k_ve_mean``, ``k_ho_mean``, ``k_ve_top10_mean``, ``saturation``).
+    * with ``per_layer=True`` also ``{prefix}/{layer}.{name}`` per layer
+      (the mean over channels for per-channel values).
 
     Args:
         interval (int): Iterations between two logs. Defaults to 50.
         per_layer (bool): Also log every layer's values. Defaults to False.
-        fles_scales (bool): Record FleS scales on the logging iterations
-            (the layers compute their scales a second time in that forward).
-            Defaults to True.
+        forward_stats (bool): Record input-dependent statistics (FleS
+            scales) on the logging iterations; the layers compute them a
+            second time in that forward. Defaults to True.
         prefix (str): Key prefix. Defaults to ``'act'``.
     """
 
@@ -50,7 +87,7 @@ class ActivationStatsHook(Hook):
     def __init__(self,
                  interval: int = 50,
                  per_layer: bool = False,
-                 fles_scales: bool = True,
+                 forward_stats: bool = True,
                  prefix: str = 'act') -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) \
                 or interval < 1:
@@ -58,23 +95,25 @@ class ActivationStatsHook(Hook):
                              f'positive int, got {interval!r}')
         self.interval = interval
         self.per_layer = per_layer
-        self.fles_scales = fles_scales
+        self.forward_stats = forward_stats
         self.prefix = prefix
-        self._recorder: Optional[FleSRecorder] = None
+        self._recorder: Optional[_ForwardStatsRecorder] = None
 
     @staticmethod
-    def _model(runner):
+    def _model(runner) -> nn.Module:
         model = runner.model
         return model.module if is_model_wrapper(model) else model
 
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
-        if not (self.fles_scales
+        if not (self.forward_stats
                 and self.every_n_train_iters(runner, self.interval)):
             return
-        model = self._model(runner)
-        if find_modules(model, (FleS, )):
-            self._recorder = FleSRecorder(model, max_values=0).__enter__()
+        layers = [(name, m)
+                  for name, m in self._model(runner).named_modules()
+                  if has_forward_stats(m)]
+        if layers:
+            self._recorder = _ForwardStatsRecorder(layers)
 
     def after_train_iter(self,
                          runner,
@@ -83,10 +122,10 @@ class ActivationStatsHook(Hook):
                          outputs=None) -> None:
         if not self.every_n_train_iters(runner, self.interval):
             return
-        stats = self.parameter_stats(self._model(runner))
+        model = self._model(runner)
+        stats = self.parameter_stats(model)
         if self._recorder is not None:
-            self._recorder.__exit__(None, None, None)
-            stats.update(self._fles_stats(self._recorder))
+            stats.update(self._forward_stats(model, self._recorder.remove()))
             self._recorder = None
         if not stats:
             return
@@ -94,8 +133,8 @@ class ActivationStatsHook(Hook):
         runner.logger.info('Activation stats: ' + ', '.join(
             f'{key}: {value:.4g}' for key, value in stats.items()))
 
-    def parameter_stats(self, model) -> Dict[str, float]:
-        """Statistics of the learned parameters of ``model``'s activations.
+    def parameter_stats(self, model: nn.Module) -> Dict[str, float]:
+        """Statistics of the learned values of ``model``'s activations.
 
         Args:
             model (nn.Module): The (unwrapped) model.
@@ -105,14 +144,14 @@ class ActivationStatsHook(Hook):
         """
         pooled = defaultdict(list)
         stats: Dict[str, float] = {}
-        for name, module in find_modules(model):
-            if isinstance(module, (IGLU, IGLUApprox)) \
-                    and not module.learnable_sigma:
+        for name, module in model.named_modules():
+            if not isinstance(module, LearnableActivation):
                 continue
-            for param, values in activation_parameters(module).items():
-                pooled[f'{type(module).__name__}.{param}'].append(values)
+            for key, tensor in module.activation_stats().items():
+                values = tensor.detach().double().cpu().reshape(-1).numpy()
+                pooled[f'{type(module).__name__}.{key}'].append(values)
                 if self.per_layer:
-                    stats[f'{self.prefix}/{name}.{param}'] = float(
+                    stats[f'{self.prefix}/{name}.{key}'] = float(
                         values.mean())
         for key, chunks in pooled.items():
             values = np.concatenate(chunks)
@@ -121,16 +160,17 @@ class ActivationStatsHook(Hook):
             stats[f'{self.prefix}/{key}_max'] = float(values.max())
         return stats
 
-    def _fles_stats(self, recorder: FleSRecorder) -> Dict[str, float]:
-        summary = recorder.summary()
+    def _forward_stats(self, model: nn.Module,
+                       per_layer: Dict[str, Dict[str, float]]
+                       ) -> Dict[str, float]:
+        pooled = defaultdict(list)
         stats: Dict[str, float] = {}
-        if not summary:
-            return stats
-        for key in next(iter(summary.values())):
-            stats[f'{self.prefix}/FleS.{key}'] = float(
-                np.mean([layer[key] for layer in summary.values()]))
-        if self.per_layer:
-            for name, layer in summary.items():
-                for key, value in layer.items():
+        for name, values in per_layer.items():
+            kind = type(model.get_submodule(name)).__name__
+            for key, value in values.items():
+                pooled[f'{kind}.{key}'].append(value)
+                if self.per_layer:
                     stats[f'{self.prefix}/{name}.{key}'] = value
+        for key, values in pooled.items():
+            stats[f'{self.prefix}/{key}'] = float(np.mean(values))
         return stats

@@ -112,7 +112,7 @@ def test_hook_logs_expected_keys_every_iteration(tmp_path):
 
 def test_hook_interval_and_per_layer(tmp_path):
     _, records, log_text = train_two_iterations(
-        tmp_path, interval=2, per_layer=True, fles_scales=False)
+        tmp_path, interval=2, per_layer=True, forward_stats=False)
     assert [r['step'] for r in records] == [2]
     assert 'act/aglu.kappa' in records[0]
     assert 'act/attention.gate.lambda' in records[0]
