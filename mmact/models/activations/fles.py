@@ -39,9 +39,9 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
 from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
-                            fles_apply, fles_fused, fles_gate,
-                            fles_mlp_scales, fles_proto_scales,
-                            fles_reference, fles_scales, window_expand,
+                            fles_apply, fles_fused, fles_gate, fles_mlp_scales,
+                            fles_proto_scales, fles_reference, fles_scales,
+                            fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
 
 from .base import LearnableActivation
@@ -49,6 +49,8 @@ from .base import LearnableActivation
 __all__ = ['FleS', 'materialize_lazy_modules', 'build_materialized_model']
 
 _DATA_FORMATS = (None, 'channels_first', 'channels_last')
+#: Scale-MLP layouts: parameter names are the same, shapes differ.
+MLP_LAYOUTS = {'shared': fles_shared_mlp_scales, 'separate': fles_mlp_scales}
 #: A gate value above this is in the saturation regime (FleS App. E.1).
 SATURATION_THRESHOLD = 0.9
 
@@ -63,22 +65,37 @@ def _positive_int(value, name: str) -> int:
 class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
     r"""FleS: :math:`\phi(x) = k_{ve}\,\rho(k_{ho} x)\,x`.
 
-    ``(k_ve, k_ho) = softplus(MLP_ve(xbar)), softplus(MLP_ho(xbar))`` with
-    ``MLP = Linear(C, C // r) -> ReLU -> Linear(C // r, C)``, evaluated at
-    every indicator window (a 1x1 convolution on the window grid). The last
-    layers start with zero weight and bias ``init_bias`` (0.6), so every
-    scale starts at ``softplus(0.6) ~= 1.0375`` (paper E.2): FleS starts as
+    ``(k_ve, k_ho) = softplus(head_ve(h)), softplus(head_ho(h))`` with a
+    shared trunk ``h = ReLU(Linear(C, C // r)(xbar))`` and two heads
+    ``Linear(C // r, C)`` (``mlp_layout='shared'``, the default: about
+    ``3 C^2 / r`` parameters per layer, the count that every parameter
+    figure of the FleS paper fits), or two full MLPs
+    ``Linear(C, C // r) -> ReLU -> Linear(C // r, C)``
+    (``mlp_layout='separate'``, ``4 C^2 / r``; the layout of earlier mmact
+    versions, whose checkpoints load with it). The MLP is evaluated at
+    every indicator window (a 1x1 convolution on the window grid). The heads
+    start with zero weight and bias ``init_bias`` (0.6), so every scale
+    starts at ``softplus(0.6) ~= 1.0375`` (paper E.2): FleS starts as
     ``1.0375 * rho(1.0375 x) * x``.
 
     The indicator ``xbar`` (paper Eq. 5, "effective mean response") is, per
     channel and per sample, ``sum(relu(x)) / max(count(x >= 0), 1)`` over
 
     * the whole feature map (``window_size=None``, classification),
-    * each window of a grid (``window_size=(h, w)``; tiles by default, border
+    * each window of a grid (``window_size=(h, w)`` pixels of the map, or
+      ``window_grid=(gh, gw)``: windows of ``ceil(H / gh) x ceil(W / gw)``
+      pixels, the same fraction of every map; tiles by default, border
       tiles cut at the border with their own counts; ``stride < window``
       gives overlapping windows and each pixel then gets the *average* of
       the scales of all windows covering it),
-    * all tokens of a ``(B, L, C)`` input.
+    * all tokens of a ``(B, L, C)`` input, or, when the token grid
+      ``hw_shape`` is known (passed to :meth:`forward` or set in
+      :attr:`token_hw_shape` by a backbone such as
+      ``FleSSwinTransformer``), the windows of that ``H x W`` grid.
+
+    Zero padding that batching adds to images is part of the map: windows
+    that touch it count the padded pixels (an activation inside a backbone
+    does not see the data samples' valid image shapes).
 
     A window larger than the feature map is clamped to the map (a one-time
     warning per module), so e.g. a detector's small deep-stage maps use the
@@ -89,12 +106,20 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         channels (int, optional): Number of channels ``C``. ``None`` (default)
             makes the module lazy (see the module docstring).
         window_size (int | tuple[int, int], optional): Indicator window
-            ``(h, w)``; ``None`` means the whole map. COCO default in the
-            paper: ``(9, 15)``.
+            ``(h, w)`` in pixels of the map; ``None`` (and no
+            ``window_grid``) means the whole map. COCO in the paper:
+            ``(9, 15)``.
         stride (int | tuple[int, int], optional): Window stride, at most
             ``window_size``; defaults to ``window_size`` (tiles).
+        window_grid (int | tuple[int, int], optional): Instead of
+            ``window_size``: tile every map into at most ``(gh, gw)``
+            windows of ``ceil(H / gh) x ceil(W / gw)`` pixels (e.g.
+            ``(9, 15)``: about 89x89 image pixels at every stage of an
+            800x1333 input).
         reduction (int): MLP reduction ratio ``r`` (hidden ``C // r``).
             Must not exceed ``C``. Defaults to 32 (paper E.18).
+        mlp_layout (str): ``'shared'`` (default; one trunk, two heads) or
+            ``'separate'`` (two MLPs). See above.
         gate (str): ``rho``: ``'sigmoid'`` (default), ``'erf'`` (GELU-like),
             ``'tanh_softplus'`` (Mish-like) or ``'tanh_gate'`` (E.14).
         indicator (str): ``'positive'`` (default, Eq. 5), ``'softplus'``
@@ -121,7 +146,10 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
     """
 
     cls_to_become = None
-    # The MLP biases are stacked 2-D tensors that mmengine's bias_decay_mult
+    #: ``(H, W)`` of the token grid of ``(B, L, C)`` inputs, set by a
+    #: backbone that knows it before each forward (``None``: unknown).
+    token_hw_shape: Optional[Tuple[int, int]] = None
+    # The head biases are stacked 2-D tensors that mmengine's bias_decay_mult
     # and flat_decay_mult miss; like every bias they get no decay (fc2_bias
     # also holds the start value init_bias). The MLP weights are decayed.
     no_decay_params = ('fc1_bias', 'fc2_bias', 'ind_gamma', 'ind_beta',
@@ -132,7 +160,9 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                  channels: Optional[int] = None,
                  window_size: Union[None, int, Tuple[int, int]] = None,
                  stride: Union[None, int, Tuple[int, int]] = None,
+                 window_grid: Union[None, int, Tuple[int, int]] = None,
                  reduction: int = 32,
+                 mlp_layout: str = 'shared',
                  gate: str = 'sigmoid',
                  indicator: str = 'positive',
                  eta: float = 0.1,
@@ -154,16 +184,31 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                              f'{_DATA_FORMATS}, got {data_format!r}')
         if not eta > 0:
             raise ValueError(f'FleS: eta must be > 0, got {eta!r}')
+        if mlp_layout not in MLP_LAYOUTS:
+            raise ValueError(f'FleS: mlp_layout must be one of '
+                             f'{tuple(MLP_LAYOUTS)}, got {mlp_layout!r}')
+        self.window_grid = None
+        if window_grid is not None:
+            if window_size is not None or stride is not None:
+                raise ValueError(
+                    'FleS: window_grid (tiles, a fraction of the map) takes '
+                    'no window_size or stride (pixels); got '
+                    f'window_grid={window_grid!r}, '
+                    f'window_size={window_size!r}, stride={stride!r}')
+            grid_window(1, 1, window_grid)  # validates, naming window_grid
+            self.window_grid = ((window_grid, window_grid) if isinstance(
+                window_grid, int) else tuple(window_grid))
         self.window_size, self.stride = check_window_args(window_size, stride)
+        self.mlp_layout = mlp_layout
         self.reduction = _positive_int(reduction, 'reduction')
         if channels is not None:
             channels = _positive_int(channels, 'channels')
             self._check_reduction(channels)
-        if proto and (self.window_size is not None
-                      or indicator != 'positive'):
+        if proto and (self.windowed or indicator != 'positive'):
             raise ValueError(
                 'FleS(proto=True) uses batch-global positive-only statistics; '
-                f'got window_size={window_size!r}, indicator={indicator!r}')
+                f'got window_size={window_size!r}, '
+                f'window_grid={window_grid!r}, indicator={indicator!r}')
         self.gate = gate
         self.indicator = indicator
         self.eta = float(eta)
@@ -201,13 +246,29 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
 
     def _param_shapes(self, channels: int) -> dict:
         hidden = channels // self.reduction
+        trunk = (2, ) if self.mlp_layout == 'separate' else ()
         return dict(
-            fc1_weight=(2, hidden, channels),
-            fc1_bias=(2, hidden),
+            fc1_weight=trunk + (hidden, channels),
+            fc1_bias=trunk + (hidden, ),
             fc2_weight=(2, channels, hidden),
             fc2_bias=(2, channels),
             ind_gamma=(channels, ),
             ind_beta=(channels, ))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Before the lazy hook materialises from the checkpoint's shapes:
+        # a checkpoint of the other MLP layout would build a broken layer.
+        weight = state_dict.get(prefix + 'fc1_weight')
+        if weight is not None and not self.proto:
+            layout = 'separate' if weight.dim() == 3 else 'shared'
+            if layout != self.mlp_layout:
+                raise ValueError(
+                    f'FleS {prefix!r}: the checkpoint holds the {layout!r} '
+                    f'scale-MLP layout (fc1_weight {tuple(weight.shape)}) '
+                    f'but the layer was built with mlp_layout='
+                    f"{self.mlp_layout!r}; set mlp_layout='{layout}' in its "
+                    'config')
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def channels(self) -> Optional[int]:
@@ -264,18 +325,42 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             'FleS expects a 4-D feature map (N, C, H, W) or 3-D tokens '
             f'(B, L, C); got a {x.dim()}-D input of shape {tuple(x.shape)}')
 
-    def _channels_first(self, x: Tensor) -> Tuple[Tensor, str]:
+    @property
+    def windowed(self) -> bool:
+        """Whether the indicator is taken over windows (not the whole map)."""
+        return self.window_size is not None or self.window_grid is not None
+
+    def _channels_first(
+            self,
+            x: Tensor,
+            hw_shape: Optional[Sequence[int]] = None) -> Tuple[Tensor, str]:
         """Checked ``(N, C, H, W)`` view of an input, and its layout."""
         layout, channels = self._layout(x)
         if self.channels is not None and channels != self.channels:
             raise ValueError(
                 f'FleS was built for {self.channels} channels but the input '
                 f'of shape {tuple(x.shape)} ({layout}) has {channels}')
-        if layout in ('blc', 'bcl') and self.window_size is not None:
+        if hw_shape is None:
+            hw_shape = self.token_hw_shape
+        if layout in ('blc', 'bcl') and hw_shape is not None:
+            h, w = hw_shape
+            length = x.shape[1] if layout == 'blc' else x.shape[2]
+            if h * w != length:
+                raise ValueError(
+                    f'FleS: token grid hw_shape={tuple(hw_shape)} has {h * w} '
+                    f'positions, the input of shape {tuple(x.shape)} has '
+                    f'{length} tokens')
+            if layout == 'blc':
+                return x.unflatten(1, (h, w)).permute(0, 3, 1, 2), layout
+            return x.unflatten(2, (h, w)), layout
+        if layout in ('blc', 'bcl') and self.windowed:
+            window = dict(
+                window_size=self.window_size, window_grid=self.window_grid)
             raise ValueError(
-                f'FleS window_size={self.window_size} needs a 4-D feature '
-                f'map; tokens of shape {tuple(x.shape)} have no spatial '
-                'layout (use window_size=None)')
+                f'FleS {window} needs a spatial layout; tokens of shape '
+                f'{tuple(x.shape)} come without one: pass hw_shape (e.g. '
+                'through FleSSwinTransformer) or use the whole-map '
+                'indicator')
         if layout == 'nhwc':
             return x.permute(0, 3, 1, 2), layout
         if layout == 'blc':
@@ -284,8 +369,22 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             return x.unsqueeze(-1), layout
         return x, layout
 
-    def forward(self, x: Tensor) -> Tensor:
-        xc, layout = self._channels_first(x)
+    def forward(self,
+                x: Tensor,
+                hw_shape: Optional[Sequence[int]] = None) -> Tensor:
+        """Apply FleS.
+
+        Args:
+            x (Tensor): ``(N, C, H, W)`` map, ``(N, H, W, C)`` with
+                ``data_format='channels_last'``, or ``(B, L, C)`` tokens.
+            hw_shape (Sequence[int], optional): ``(H, W)`` token grid of a
+                token input with ``L = H * W`` (row-major); defaults to
+                :attr:`token_hw_shape`.
+
+        Returns:
+            Tensor: Same shape and dtype as ``x``.
+        """
+        xc, layout = self._channels_first(x, hw_shape)
         in_dtype = x.dtype
         low_precision = in_dtype in (torch.float16, torch.bfloat16)
         with torch.autocast(device_type=x.device.type, enabled=False):
@@ -298,10 +397,16 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         if layout == 'nhwc':
             return y.permute(0, 2, 3, 1)
         if layout == 'blc':
-            return y.squeeze(-1).transpose(1, 2)
+            return y.flatten(2).transpose(1, 2)
         if layout == 'bcl':
-            return y.squeeze(-1)
+            return y.flatten(2)
         return y
+
+    def _geometry(self, height: int, width: int):
+        window = self.window_size
+        if self.window_grid is not None:
+            window = grid_window(height, width, self.window_grid)
+        return window_geometry(height, width, window, self.stride)
 
     @torch.no_grad()
     def scales(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -313,7 +418,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         Returns:
             tuple[Tensor, Tensor, Tensor]: ``(k_ve, k_ho, rho)`` at every
             position, each shaped like the ``(N, C, H, W)`` view of ``x``
-            (tokens: ``(B, C, L, 1)``), in float32; ``rho`` is the gate
+            (tokens: ``(B, C, L, 1)``, or ``(B, C, H, W)`` with
+            :attr:`token_hw_shape`), in float32; ``rho`` is the gate
             value ``rho(k_ho * x)`` (paper E.1 counts ``rho > 0.9`` as
             saturated).
         """
@@ -322,10 +428,13 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             k_ve, k_ho = fles_proto_scales(xc, self.proto_alpha.float(),
                                            self.proto_gamma.float())
         else:
-            geom = window_geometry(*xc.shape[-2:], self.window_size,
-                                   self.stride)
-            k_ve, k_ho = fles_scales(xc, geom, self._mlp_params(xc),
-                                     **self._indicator_kwargs(xc))
+            geom = self._geometry(*xc.shape[-2:])
+            k_ve, k_ho = fles_scales(
+                xc,
+                geom,
+                self._mlp_params(xc),
+                scale_fn=MLP_LAYOUTS[self.mlp_layout],
+                **self._indicator_kwargs(xc))
             k_ve, k_ho = window_expand(k_ve, geom), window_expand(k_ho, geom)
         k_ve, k_ho = k_ve.expand_as(xc), k_ho.expand_as(xc)
         return k_ve, k_ho, fles_gate(k_ho * xc, self.gate)
@@ -380,7 +489,7 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                                            self.proto_gamma.float())
             return fles_apply(x, k_ve, k_ho, self.gate)
         h, w = x.shape[-2:]
-        geom = window_geometry(h, w, self.window_size, self.stride)
+        geom = self._geometry(h, w)
         if geom.clamped and not self._warned_clamp:
             self._warned_clamp = True
             warnings.warn(
@@ -389,7 +498,7 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                 'per module)')
         kwargs = dict(
             gate=self.gate,
-            scale_fn=fles_mlp_scales,
+            scale_fn=MLP_LAYOUTS[self.mlp_layout],
             **self._indicator_kwargs(x))
         params = self._mlp_params(x)
         if self.fused and x.is_contiguous():
@@ -397,8 +506,11 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         return fles_reference(x, geom, params, **kwargs)
 
     def extra_repr(self) -> str:
-        return (f'channels={self.channels}, window_size={self.window_size}, '
+        window = (f'window_grid={self.window_grid}'
+                  if self.window_grid else f'window_size={self.window_size}')
+        return (f'channels={self.channels}, {window}, '
                 f'stride={self.stride}, reduction={self.reduction}, '
+                f'mlp_layout={self.mlp_layout!r}, '
                 f'gate={self.gate!r}, indicator={self.indicator!r}, '
                 f'proto={self.proto}')
 
@@ -450,11 +562,11 @@ def materialize_lazy_modules(model: nn.Module,
 
 
 @MODELS.register_module(name='MaterializedModel')
-def build_materialized_model(model: dict,
-                             input_shape: Sequence[int] = (1, 3, 224, 224),
-                             submodule: Optional[str] = None,
-                             data_preprocessor: Optional[dict] = None
-                             ) -> nn.Module:
+def build_materialized_model(
+        model: dict,
+        input_shape: Sequence[int] = (1, 3, 224, 224),
+        submodule: Optional[str] = None,
+        data_preprocessor: Optional[dict] = None) -> nn.Module:
     """Config builder: build ``model`` and materialise its lazy modules.
 
     Returns the built model itself (not a wrapper), so checkpoints keep their

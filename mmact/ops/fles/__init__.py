@@ -26,18 +26,19 @@ reference), :mod:`.fused` (memory-lean autograd op).
 """
 from .fused import fles_fused
 from .gates import FLES_GATES, fles_gate, fles_gate_and_grad
-from .geometry import (WindowGeometry, check_window_args, window_area,
-                       window_coverage, window_expand, window_geometry,
-                       window_scatter, window_sum)
+from .geometry import (WindowGeometry, check_window_args, grid_window,
+                       window_area, window_coverage, window_expand,
+                       window_geometry, window_scatter, window_sum)
 from .indicators import FLES_INDICATORS, fles_indicator, indicator_transform
 from .scales import (K_HO_MIN, ScaleFn, fles_apply, fles_mlp_scales,
-                     fles_proto_scales, fles_reference, fles_scales)
+                     fles_proto_scales, fles_reference, fles_scales,
+                     fles_shared_mlp_scales)
 
 __all__ = [
     'FLES_GATES', 'FLES_INDICATORS', 'K_HO_MIN', 'ScaleFn', 'WindowGeometry',
-    'check_window_args', 'window_geometry', 'window_sum', 'window_scatter',
-    'window_coverage', 'window_area', 'window_expand', 'fles_gate',
-    'fles_gate_and_grad', 'indicator_transform', 'fles_indicator',
-    'fles_mlp_scales', 'fles_proto_scales', 'fles_scales', 'fles_apply',
-    'fles_reference', 'fles_fused'
+    'check_window_args', 'grid_window', 'window_geometry', 'window_sum',
+    'window_scatter', 'window_coverage', 'window_area', 'window_expand',
+    'fles_gate', 'fles_gate_and_grad', 'indicator_transform', 'fles_indicator',
+    'fles_mlp_scales', 'fles_shared_mlp_scales', 'fles_proto_scales',
+    'fles_scales', 'fles_apply', 'fles_reference', 'fles_fused'
 ]

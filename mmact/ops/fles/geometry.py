@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    'WindowGeometry', 'check_window_args', 'window_geometry', 'window_sum',
-    'window_scatter', 'window_coverage', 'window_area', 'window_expand'
+    'WindowGeometry', 'check_window_args', 'grid_window', 'window_geometry',
+    'window_sum', 'window_scatter', 'window_coverage', 'window_area',
+    'window_expand'
 ]
 
 
@@ -62,6 +63,25 @@ def check_window_args(
                          f'{window}: pixels between windows would have no '
                          'scale')
     return window, step
+
+
+def grid_window(height: int, width: int, grid) -> Tuple[int, int]:
+    """Window size that tiles a map into at most ``grid`` windows.
+
+    The window is ``(ceil(H / gh), ceil(W / gw))``: the same fraction of every
+    map, whatever its stride. The last window of a row or column may be cut
+    at the border, and a map smaller than the grid gets one-pixel windows.
+
+    Args:
+        height: map height.
+        width: map width.
+        grid: ``(gh, gw)`` windows (an int means ``(g, g)``).
+
+    Returns:
+        The window ``(kh, kw)``.
+    """
+    gh, gw = _pair(grid, 'window_grid')
+    return -(-height // gh), -(-width // gw)
 
 
 @dataclass(frozen=True)

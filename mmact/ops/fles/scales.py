@@ -10,8 +10,8 @@ from .geometry import WindowGeometry, window_expand
 from .indicators import fles_indicator
 
 __all__ = [
-    'K_HO_MIN', 'ScaleFn', 'fles_mlp_scales', 'fles_proto_scales',
-    'fles_scales', 'fles_apply', 'fles_reference'
+    'K_HO_MIN', 'ScaleFn', 'fles_mlp_scales', 'fles_shared_mlp_scales',
+    'fles_proto_scales', 'fles_scales', 'fles_apply', 'fles_reference'
 ]
 
 #: Numerical floor of k_ho (softplus can underflow to 0 in float32; the fused
@@ -45,6 +45,35 @@ def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
     hidden = torch.einsum('khc,ncg->knhg', fc1_weight, flat)
     hidden = F.relu(hidden + fc1_bias[:, None, :, None])
     out = torch.einsum('kch,knhg->kncg', fc2_weight, hidden)
+    out = F.softplus(out + fc2_bias[:, None, :, None])
+    out = out.reshape(2, n, c, gh, gw)
+    return out[0], out[1].clamp_min(K_HO_MIN)
+
+
+def fles_shared_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+                           fc2_weight: Tensor,
+                           fc2_bias: Tensor) -> Tuple[Tensor, Tensor]:
+    """``(k_ve, k_ho)`` from one shared trunk and two heads, per window.
+
+    ``Linear(C, h) -> ReLU`` is shared; two heads ``Linear(h, C)`` followed by
+    softplus give ``k_ve`` and ``k_ho``. About ``3 C h`` weights instead of
+    the ``4 C h`` of :func:`fles_mlp_scales`.
+
+    Args:
+        ind: ``(N, C, nh, nw)`` indicators.
+        fc1_weight: ``(h, C)``; fc1_bias: ``(h,)``;
+        fc2_weight: ``(2, C, h)``; fc2_bias: ``(2, C)``. Head 0 gives
+            k_ve, head 1 k_ho.
+
+    Returns:
+        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
+        at :data:`K_HO_MIN`).
+    """
+    n, c, gh, gw = ind.shape
+    flat = ind.reshape(n, c, gh * gw)
+    hidden = torch.einsum('hc,ncg->nhg', fc1_weight, flat)
+    hidden = F.relu(hidden + fc1_bias[None, :, None])
+    out = torch.einsum('kch,nhg->kncg', fc2_weight, hidden)
     out = F.softplus(out + fc2_bias[:, None, :, None])
     out = out.reshape(2, n, c, gh, gw)
     return out[0], out[1].clamp_min(K_HO_MIN)

@@ -57,9 +57,10 @@ def test_lazy_materialises_on_first_forward():
     m(torch.randn(1, 16, 5, 6))
     assert m.channels == 16
     shapes = {n: tuple(p.shape) for n, p in m.named_parameters()}
+    # shared trunk C -> C/r, two heads C/r -> C (k_ve, k_ho)
     assert shapes == {
-        'fc1_weight': (2, 4, 16),
-        'fc1_bias': (2, 4),
+        'fc1_weight': (4, 16),
+        'fc1_bias': (4, ),
         'fc2_weight': (2, 16, 4),
         'fc2_bias': (2, 16)
     }
@@ -70,7 +71,7 @@ def test_lazy_materialises_on_first_forward():
 def test_explicit_channels_and_softplus_indicator_params():
     m = FleS(channels=32, indicator='softplus')
     names = dict(m.named_parameters())
-    assert names['fc1_weight'].shape == (2, 1, 32)  # 32 // 32
+    assert names['fc1_weight'].shape == (1, 32)  # 32 // 32
     assert names['ind_gamma'].shape == (32, )
     assert torch.equal(names['ind_gamma'], torch.ones(32))
     assert torch.equal(names['ind_beta'], torch.zeros(32))
@@ -90,6 +91,11 @@ def test_explicit_channels_and_softplus_indicator_params():
     (dict(gate='relu'), "unknown gate 'relu'"),
     (dict(indicator='max'), "unknown indicator 'max'"),
     (dict(proto=True, window_size=3), r'proto=True.*window_size=3'),
+    (dict(proto=True, window_grid=3), r'proto=True.*window_grid=3'),
+    (dict(window_grid=(9, 15), window_size=3), 'takes no window_size'),
+    (dict(window_grid=(9, 15), stride=3), 'takes no window_size or stride'),
+    (dict(window_grid=(0, 15)), r'window_grid must be positive'),
+    (dict(mlp_layout='joint'), "mlp_layout must be one of.*'joint'"),
     (dict(data_format='NCHW'), "data_format must be one of.*'NCHW'"),
 ])
 def test_bad_arguments(kwargs, match):
@@ -111,10 +117,12 @@ def test_unsupported_rank(shape):
         m(torch.randn(*shape))
 
 
-def test_window_on_tokens_is_an_error():
+def test_window_on_tokens_without_hw_shape_is_an_error():
     m = FleS(channels=8, reduction=4, window_size=3)
-    with pytest.raises(ValueError, match=r'window_size=\(3, 3\) needs a 4-D'):
+    with pytest.raises(ValueError, match=r'needs a spatial layout.*hw_shape'):
         m(torch.randn(2, 5, 8))
+    with pytest.raises(ValueError, match=r'hw_shape=\(2, 3\) has 6'):
+        m(torch.randn(2, 5, 8), hw_shape=(2, 3))
 
 
 def test_window_larger_than_map_is_clamped_with_one_warning():
@@ -143,6 +151,7 @@ def test_window_larger_than_map_is_clamped_with_one_warning():
     dict(indicator='mean'),
     dict(proto=True),
     dict(fused=False, window_size=(2, 3)),
+    dict(mlp_layout='separate', window_grid=(2, 3)),
 ])
 def test_identity_safe_init(gate, kwargs):
     torch.manual_seed(0)
