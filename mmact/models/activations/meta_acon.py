@@ -49,7 +49,10 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
     With ``norm=True`` the BatchNorms use batch statistics in training (so a
     sample's ``beta`` depends on the other samples of the batch, and a
     training batch needs at least two samples) and running statistics in
-    eval mode.
+    eval mode. ``norm_eval=True`` uses the running statistics in training
+    too, without updating them: what detectors do with backbone BatchNorm at
+    one or two images per GPU, where batch statistics of the pooled vectors
+    are meaningless (two samples normalise to +-1).
 
     Stock backbones build activations from ``act_cfg`` without a channel
     count: ``channels=None`` makes the module lazy, like
@@ -65,6 +68,8 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
         min_hidden (int): Smallest hidden width ``m``. Defaults to 16.
         norm (bool): BatchNorm after both layers of the beta network.
             Defaults to True (authors' code).
+        norm_eval (bool): Keep the BatchNorms in eval mode (frozen running
+            statistics) during training. Defaults to False.
         momentum (float): Running-statistics momentum of the BatchNorms.
         eps (float): BatchNorm epsilon.
         inplace (bool): Accepted for mmcv's ``ConvModule`` and ignored.
@@ -82,6 +87,7 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
                  reduction: int = 16,
                  min_hidden: int = 16,
                  norm: bool = True,
+                 norm_eval: bool = False,
                  momentum: float = 0.1,
                  eps: float = 1e-5,
                  inplace: bool = False,
@@ -95,6 +101,7 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
         if not eps > 0:
             raise ValueError(f'MetaACON: eps must be > 0, got {eps!r}')
         self.norm = bool(norm)
+        self.norm_eval = bool(norm_eval)
         self.momentum = float(momentum)
         self.eps = float(eps)
         self.inplace = inplace
@@ -189,21 +196,23 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
     def _norm(self, h: Tensor, i: int, track: bool) -> Tensor:
         if not self.norm:
             return h
-        if self.training and h.shape[0] < 2:
+        batch_stats = self.training and not self.norm_eval
+        if batch_stats and h.shape[0] < 2:
             raise ValueError(
                 'MetaACON(norm=True) normalises beta over the batch and '
                 'needs at least 2 samples per batch in training, got '
-                f'{h.shape[0]}; use a larger batch or norm=False')
+                f'{h.shape[0]}; use a larger batch, norm_eval=True or '
+                'norm=False')
         running = [
-            getattr(self, f'bn{i}_running_{s}') if track else None
-            for s in ('mean', 'var')
+            getattr(self, f'bn{i}_running_{s}')
+            if track or not batch_stats else None for s in ('mean', 'var')
         ]
         return F.batch_norm(
             h,
             *running,
             getattr(self, f'bn{i}_weight'),
             getattr(self, f'bn{i}_bias'),
-            training=self.training,
+            training=batch_stats,
             momentum=self.momentum,
             eps=self.eps)
 
@@ -260,4 +269,5 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
 
     def extra_repr(self) -> str:
         return (f'channels={self.channels}, reduction={self.reduction}, '
-                f'min_hidden={self.min_hidden}, norm={self.norm}')
+                f'min_hidden={self.min_hidden}, norm={self.norm}, '
+                f'norm_eval={self.norm_eval}')

@@ -105,3 +105,20 @@ def test_meta_acon_errors():
         MetaACON(reduction=0)
     act.eval()
     assert act(torch.randn(1, 8, 3, 3)).shape == (1, 8, 3, 3)
+
+
+def test_meta_acon_norm_eval_uses_frozen_statistics_in_training():
+    torch.manual_seed(1)
+    act = MetaACON(channels=8, norm_eval=True)
+    with torch.no_grad():
+        act.bn1_running_mean.normal_()
+        act.bn2_running_var.uniform_(0.5, 2.0)
+    stats = {k: v.clone() for k, v in act.state_dict().items()}
+    x = torch.randn(3, 8, 4, 4)
+    y = act.train()(x)  # batch statistics are not used: any batch size
+    assert act(x[:1]).shape == (1, 8, 4, 4)
+    torch.testing.assert_close(act.eval()(x), y)
+    for key, value in act.state_dict().items():
+        assert torch.equal(value, stats[key]), key
+    # each sample's output depends on that sample only
+    torch.testing.assert_close(act.train()(x[1:2]), y[1:2])
