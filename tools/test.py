@@ -9,7 +9,8 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components and compat fixes)
 from mmact.utils import setup_cpu_distributed
-from mmact.utils.launch import check_checkpoint, check_data_paths, load_config
+from mmact.utils.preflight import (check_checkpoint, check_data_paths,
+                                   load_config)
 
 # Metric that dumps raw predictions to a pickle, per library.
 DUMP_METRICS = {'mmdet': 'DumpDetResults', 'mmpretrain': 'ResultsDumper'}

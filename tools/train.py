@@ -13,8 +13,8 @@ from mmengine.runner import Runner, find_latest_checkpoint
 
 import mmact  # noqa: F401  (registers mmact components and compat fixes)
 from mmact.utils import setup_cpu_distributed
-from mmact.utils.launch import (check_checkpoint, check_data_paths,
-                                check_pretrained_paths, load_config)
+from mmact.utils.preflight import (check_checkpoint, check_data_paths,
+                                   check_pretrained_paths, load_config)
 
 
 def parse_args() -> argparse.Namespace:

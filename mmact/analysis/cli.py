@@ -7,7 +7,7 @@ import torch.nn as nn
 from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
 
-from mmact.utils.launch import load_config
+from mmact.utils.preflight import load_config
 from .model_data import load_model
 
 __all__ = ['analysis_parser', 'config_and_model', 'figure_path']

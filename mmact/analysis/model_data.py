@@ -21,7 +21,7 @@ from mmengine.runner import Runner, load_checkpoint
 
 from mmact.evaluation.metrics.shot_accuracy import SHOT_GROUPS, shot_groups
 from mmact.models.losses.class_frequency import unwrap_datasets
-from mmact.utils.launch import check_checkpoint, check_data_paths
+from mmact.utils.preflight import check_checkpoint, check_data_paths
 
 __all__ = [
     'LVIS_GROUPS', 'SHOT_GROUPS', 'load_model', 'build_split_dataloader',

@@ -30,8 +30,8 @@ from mmact.testing import (adapt_config, config_data_kind,
                            generate_classification, generate_coco,
                            generate_lvis, generate_objects365, generate_v3det)
 from mmact.utils import activation_paramwise_cfg
-from mmact.utils.launch import (check_pretrained_paths,
-                                missing_pretrained_paths)
+from mmact.utils.preflight import (check_pretrained_paths,
+                                   missing_pretrained_paths)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -469,7 +469,7 @@ def test_imagenet_checkpoint_initialises_the_detector_backbone(
 @pytest.mark.parametrize('config', SHIPPED)
 def test_missing_data_is_named(config, tmp_path, monkeypatch):
     """tools/train.py's data check sees every dataset of every config."""
-    from mmact.utils.launch import check_data_paths, missing_data_paths
+    from mmact.utils.preflight import check_data_paths, missing_data_paths
 
     cfg = _load(config)
     monkeypatch.chdir(tmp_path)  # no data/ here

@@ -112,7 +112,7 @@ def test_unknown_type_names_the_type_and_registry(tmp_path):
 @pytest.mark.parametrize('config,kind', [(TOY_COCO, 'coco'), (TOY_LVIS, 'lvis')])
 def test_toy_configs_name_the_generated_classes(config, kind):
     from mmact.testing import toy_classes
-    from mmact.utils.launch import load_config
+    from mmact.utils.preflight import load_config
     cfg = load_config(str(config))
     classes = cfg.val_dataloader.dataset.metainfo['classes']
     assert tuple(classes) == toy_classes(kind, len(classes))

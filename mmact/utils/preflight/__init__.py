@@ -1,0 +1,13 @@
+"""Checks the train/test tools run before a Runner touches a work dir."""
+from .checkpoints import (check_checkpoint, check_pretrained_paths,
+                          is_remote_checkpoint, missing_pretrained_paths)
+from .config import closest_registered, load_config, unknown_type_hint
+from .data_paths import (GENERATE_HINT, check_data_paths, inspect_data_paths,
+                         missing_data_paths)
+
+__all__ = [
+    'check_checkpoint', 'check_pretrained_paths', 'is_remote_checkpoint',
+    'missing_pretrained_paths', 'closest_registered', 'load_config',
+    'unknown_type_hint', 'GENERATE_HINT', 'check_data_paths',
+    'inspect_data_paths', 'missing_data_paths'
+]

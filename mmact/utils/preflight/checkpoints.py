@@ -1,0 +1,243 @@
+"""Check checkpoint files before a run loads them.
+
+Only what can be judged without loading is judged here: a file that mmengine
+would fetch (URL, ``torchvision://``, ``open-mmlab://``, ``s3://``, ...) is
+left to mmengine; a local file must be complete in one of the two formats
+``torch.load`` reads -- the zip archive of torch >= 1.6 or the legacy pickle
+stream (``_use_new_zipfile_serialization=False``, the format of model-zoo
+files written before torch 1.6).
+"""
+import os
+import os.path as osp
+import pickle
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+from mmengine.config import Config
+from mmengine.runner import CheckpointLoader
+
+__all__ = [
+    'is_remote_checkpoint', 'check_checkpoint', 'missing_pretrained_paths',
+    'check_pretrained_paths'
+]
+
+_INTACT_HINT = ('nothing was loaded. Use an intact file, e.g. an earlier '
+                'epoch_N.pth of the same work dir.')
+
+
+def is_remote_checkpoint(path: str) -> bool:
+    """Whether mmengine loads ``path`` with another loader than a local
+    file's (a URL or a registered scheme such as ``torchvision://``).
+
+    Args:
+        path (str): Checkpoint path or URI.
+    """
+    local = CheckpointLoader._schemes.get('')
+    return CheckpointLoader._get_checkpoint_loader(path) is not local
+
+
+class _Stub:
+    """Stands for any object of a legacy checkpoint while it is scanned."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+class _LegacyScanner(pickle.Unpickler):
+    """Reads the pickles of a legacy torch file without building objects.
+
+    Nothing is imported or executed: every global is a :class:`_Stub`, and
+    storages are only recorded as ``key -> bytes``.
+    """
+
+    def __init__(self, file) -> None:
+        super().__init__(file)
+        self.storage_bytes: Dict[str, int] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == 'torch' and name.endswith('Storage'):
+            return ('storage', name)
+        return _Stub
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and pid and pid[0] == 'storage':
+            _, storage_type, key, _, numel = pid[:5]
+            name = storage_type[1] if isinstance(storage_type, tuple) else ''
+            with warnings.catch_warnings():  # TypedStorage is deprecated
+                warnings.simplefilter('ignore')
+                dtype = getattr(getattr(torch, name, None), 'dtype',
+                                torch.uint8)
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            self.storage_bytes[str(key)] = int(numel) * itemsize
+        return _Stub()
+
+
+def _legacy_problem(path: str) -> Optional[str]:
+    """Why ``path`` is not a complete legacy torch file (None if it is).
+
+    The legacy format is: magic number, protocol version, system info, the
+    pickled object (storages as persistent ids), the sorted storage keys,
+    then per storage an 8-byte element count and its raw bytes.
+    """
+    with open(path, 'rb') as file:
+        try:
+            scanner = _LegacyScanner(file)
+            if scanner.load() != torch.serialization.MAGIC_NUMBER:
+                return 'not a torch checkpoint'
+            for _ in range(3):  # protocol version, system info, the object
+                scanner.load()
+            keys = scanner.load()
+        except Exception:  # any unpickling failure means a broken stream
+            return 'truncated or not a torch checkpoint'
+        if not isinstance(keys, list):
+            return 'not a torch checkpoint'
+        needed = file.tell() + sum(
+            8 + scanner.storage_bytes.get(str(key), 0) for key in keys)
+    size = os.path.getsize(path)
+    if size < needed:
+        return f'truncated ({size} of {needed} bytes)'
+    return None
+
+
+def check_checkpoint(path: str) -> None:
+    """Make sure a checkpoint file is complete before anything loads it.
+
+    Remote checkpoints are left to mmengine, which fetches and checks them.
+    A local file must be a complete zip archive (torch >= 1.6; a truncated
+    download loses the central directory, a corrupt one fails the CRC) or a
+    complete legacy torch pickle.
+
+    Args:
+        path (str): Checkpoint path or URI.
+
+    Raises:
+        FileNotFoundError: The local file does not exist.
+        ValueError: The file is truncated, corrupt or not a checkpoint.
+    """
+    if is_remote_checkpoint(path):
+        return
+    if not osp.isfile(osp.expanduser(path)):
+        raise FileNotFoundError(f'Checkpoint {path!r} does not exist.')
+    path = osp.expanduser(path)
+    if not zipfile.is_zipfile(path):
+        problem = _legacy_problem(path)
+        if problem is not None:
+            raise ValueError(
+                f'Checkpoint {path!r} is {problem}: neither a torch zip '
+                'archive (no zip directory found) nor a complete legacy '
+                f'torch file; {_INTACT_HINT}')
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        bad = str(error)
+    if bad is not None:
+        raise ValueError(f'Checkpoint {path!r} is corrupt ({bad} fails its '
+                         f'checksum); {_INTACT_HINT}')
+
+
+def _pretrained_inits(node, where: str) -> Iterator[Tuple[str, str]]:
+    """Yield ``(config key, checkpoint)`` of every ``Pretrained`` init."""
+    if isinstance(node, dict):
+        init = node.get('init_cfg')
+        inits = init if isinstance(init, (list, tuple)) else [init]
+        for i, item in enumerate(inits):
+            if isinstance(item, dict) and item.get('type') == 'Pretrained' \
+                    and item.get('checkpoint'):
+                key = f'{where}.init_cfg' + (
+                    f'[{i}]' if isinstance(init, (list, tuple)) else '')
+                yield f'{key}.checkpoint', str(item['checkpoint'])
+        for name, value in node.items():
+            if name != 'init_cfg':
+                yield from _pretrained_inits(value, f'{where}.{name}')
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _pretrained_inits(value, f'{where}[{i}]')
+
+
+def _producing_config(path: str) -> Optional[str]:
+    """The config whose default work dir holds ``path``, when one exists.
+
+    ``tools/train.py`` writes to ``work_dirs/<config name>/``; a checkpoint
+    under such a folder comes from ``configs/**/<config name>.py``.
+    """
+    parts = Path(path).parts
+    if 'work_dirs' not in parts:
+        return None
+    index = parts.index('work_dirs')
+    if index + 2 >= len(parts):
+        return None
+    stem = parts[index + 1]
+    for root in (Path('.'), Path(__file__).resolve().parents[3]):
+        found = sorted((root / 'configs').glob(f'**/{stem}.py'))
+        if found:
+            return osp.relpath(found[0]) if root == Path('.') else \
+                str(found[0])
+    return None
+
+
+def missing_pretrained_paths(cfg: Config) -> List[str]:
+    """List the local ``Pretrained`` checkpoints ``cfg.model`` needs but lacks.
+
+    Checkpoints mmengine fetches itself (URLs, ``torchvision://``,
+    ``open-mmlab://``, ...) are left to it.
+
+    Args:
+        cfg (Config): A full runner config.
+
+    Returns:
+        list[str]: One line per missing file, naming the config key and,
+        when a config of this repository writes the file, how to make it.
+    """
+    missing = []
+    for key, path in _pretrained_inits(cfg.get('model'), 'model'):
+        if is_remote_checkpoint(path) or osp.isfile(osp.expanduser(path)):
+            continue
+        line = f'{path} ({key})'
+        producer = _producing_config(path)
+        if producer is not None:
+            line += (f'\n    written by training {producer}: '
+                     f'tools/dist_train.sh {producer} 8')
+        missing.append(line)
+    return missing
+
+
+def check_pretrained_paths(cfg: Config) -> None:
+    """Raise one error listing every missing local pretrained checkpoint.
+
+    mmengine's ``Pretrained`` init would otherwise fail only after the model
+    is built and the work dir written, with a bare file-not-found error.
+
+    Args:
+        cfg (Config): A full runner config.
+
+    Raises:
+        FileNotFoundError: Some ``init_cfg=dict(type='Pretrained',
+            checkpoint=...)`` names a local file that does not exist.
+    """
+    missing = missing_pretrained_paths(cfg)
+    if missing:
+        raise FileNotFoundError(
+            'Pretrained checkpoints of this config do not exist:\n' +
+            '\n'.join(f'  {m}' for m in missing) +
+            '\nTrain the backbone config named above (its final checkpoint '
+            'lands at that path), copy or link an existing checkpoint there '
+            '(reference-code weights: tools/model_converters/apa_to_mmact.py)'
+            ', or train from scratch with --cfg-options '
+            'model.backbone.init_cfg=None.')
