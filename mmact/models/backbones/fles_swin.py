@@ -40,7 +40,8 @@ def _with_ffn_act(stage_cfgs, act_cfg: dict):
         blocks = dict(blocks)
         targets = [blocks]
     for block in targets:
-        block['ffn_cfgs'] = dict(block.get('ffn_cfgs', dict()), act_cfg=act_cfg)
+        block['ffn_cfgs'] = dict(
+            block.get('ffn_cfgs', dict()), act_cfg=act_cfg)
     stage['block_cfgs'] = blocks
     return stage
 
