@@ -18,14 +18,12 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .cpu_build import (build_library, get_library, load_library, run_parallel,
-                        split_ranges)
+from .cpu_build import (KernelLibrary, build_library, get_library,
+                        load_library, split_ranges)
 
 __all__ = ['get_kernel', 'build_kernel', 'CpuKernel']
 
 _SOURCE = r"""
-#include <stdint.h>
-
 float logf(float);
 
 /* exp(x) for x <= 0 (both exponentials below only see such arguments).
@@ -93,8 +91,13 @@ static inline float log1p_from_s(float s) {
     const float eta = exp_nonpos(sp * ninvl);                              \
     const float g = (a >= 0.0f ? 1.0f : e) * (2.0f + e) * r;
 
+#define FWD_PARAMS (const float* x, float* y, const float* kp,             \
+                    const float* lp, int64_t C, int64_t inner)
+#define FWD_ARGS (x, y, kp, lp, C, inner)
+
 void apa_fwd(const float* x, float* y, const float* kp, const float* lp,
-             int64_t C, int64_t inner, int64_t start, int64_t end) {
+             int64_t C, int64_t inner, int64_t start, int64_t end,
+             int64_t t) {
     SEGMENT_LOOP(
         _Pragma("omp simd")
         for (int64_t j = i; j < seg; ++j) { ETA_PARTS y[j] = eta; }
@@ -102,22 +105,33 @@ void apa_fwd(const float* x, float* y, const float* kp, const float* lp,
 }
 
 void aglu_fwd(const float* x, float* y, const float* kp, const float* lp,
-              int64_t C, int64_t inner, int64_t start, int64_t end) {
+              int64_t C, int64_t inner, int64_t start, int64_t end,
+              int64_t t) {
     SEGMENT_LOOP(
         _Pragma("omp simd")
         for (int64_t j = i; j < seg; ++j) { ETA_PARTS y[j] = z * eta; }
     )
 }
 
-/* Backward: writes grad_x and adds per-channel sums to acck / accl:
+MMACT_PARALLEL(apa_fwd, FWD_PARAMS, FWD_ARGS)
+MMACT_PARALLEL(aglu_fwd, FWD_PARAMS, FWD_ARGS)
+
+/* Backward: writes grad_x and adds per-channel sums to acck / accl (row t
+ * of (threads, C) arrays):
  *   APA:  gx = go*eta*g*k/l, acck += go*eta*g*z, accl += go*eta*(sp-g)
  *   AGLU: gx = go*eta*(1 + k z g / l), acck += go*eta*g*z^2,
  *         accl += go*eta*z*(sp-g)
  * (the caller scales acck by 1/l and accl by 1/l^2). */
+#define BWD_PARAMS (const float* x, const float* go, float* gx,            \
+                    const float* kp, const float* lp, int64_t C,           \
+                    int64_t inner, double* acck, double* accl)
+#define BWD_ARGS (x, go, gx, kp, lp, C, inner, acck, accl)
 #define BWD(NAME, GX, SK, SL)                                              \
 void NAME(const float* x, const float* go, float* gx, const float* kp,     \
-          const float* lp, int64_t C, int64_t inner, int64_t start,        \
-          int64_t end, double* acck, double* accl) {                       \
+          const float* lp, int64_t C, int64_t inner, double* acck,         \
+          double* accl, int64_t start, int64_t end, int64_t t) {           \
+    acck += t * C;                                                         \
+    accl += t * C;                                                         \
     SEGMENT_LOOP(                                                          \
         double dk = 0.0, dl = 0.0;                                         \
         for (int64_t b = i; b < seg; b += BLOCK) {                         \
@@ -139,6 +153,8 @@ void NAME(const float* x, const float* go, float* gx, const float* kp,     \
 
 BWD(apa_bwd, w * g * kinvl, w * g * z, w * (sp - g))
 BWD(aglu_bwd, w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g))
+MMACT_PARALLEL(apa_bwd, BWD_PARAMS, BWD_ARGS)
+MMACT_PARALLEL(aglu_bwd, BWD_PARAMS, BWD_ARGS)
 """
 
 _NAME = 'mmact_apa'
@@ -148,15 +164,12 @@ _MIN_PER_THREAD = 1 << 16
 class CpuKernel:
     """Handle on the compiled library; see module docstring."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: KernelLibrary) -> None:
         p, i64 = ctypes.c_void_p, ctypes.c_int64
         for name in ('apa_fwd', 'aglu_fwd'):
-            getattr(lib, name).argtypes = [p, p, p, p, i64, i64, i64, i64]
-            getattr(lib, name).restype = None
+            lib.declare(name, [p, p, p, p, i64, i64])
         for name in ('apa_bwd', 'aglu_bwd'):
-            getattr(lib,
-                    name).argtypes = [p, p, p, p, p, i64, i64, i64, i64, p, p]
-            getattr(lib, name).restype = None
+            lib.declare(name, [p, p, p, p, p, i64, i64, p, p])
         self.lib = lib
 
     @staticmethod
@@ -191,10 +204,9 @@ class CpuKernel:
         n = z.numel()
         if n == 0:
             return y
-        fn = getattr(self.lib, f'{name}_fwd')
         args = (z.data_ptr(), y.data_ptr(), k.data_ptr(), lam.data_ptr(), C,
                 inner)
-        run_parallel(fn, self._ranges(n), lambda t, s, e: args + (s, e))
+        self.lib.launch(f'{name}_fwd', args, self._ranges(n))
         return y
 
     def backward(self, name: str, z: Tensor, grad_out: Tensor, k: Tensor,
@@ -210,14 +222,10 @@ class CpuKernel:
         ranges = self._ranges(z.numel())
         acc = torch.zeros(2, max(len(ranges), 1), C, dtype=torch.float64)
         if z.numel():
-            fn = getattr(self.lib, f'{name}_bwd')
-            base = (z.data_ptr(), go.data_ptr(), gx.data_ptr(), k.data_ptr(),
-                    lam.data_ptr(), C, inner)
-            step = C * acc.element_size()
-            ak, al = acc[0].data_ptr(), acc[1].data_ptr()
-            run_parallel(
-                fn, ranges, lambda t, s, e: base +
-                (s, e, ak + t * step, al + t * step))
+            args = (z.data_ptr(), go.data_ptr(), gx.data_ptr(), k.data_ptr(),
+                    lam.data_ptr(), C, inner, acc[0].data_ptr(),
+                    acc[1].data_ptr())
+            self.lib.launch(f'{name}_bwd', args, ranges)
         sums = acc.sum(1)
         return gx, sums[0], sums[1]
 
@@ -231,7 +239,8 @@ def build_kernel(isa: Optional[str] = None,
         cache_dir: library cache; default as in :mod:`mmact.ops.cpu_build`.
     """
     return CpuKernel(
-        load_library(*build_library(_NAME, _SOURCE, isa, cache_dir)))
+        KernelLibrary(
+            load_library(*build_library(_NAME, _SOURCE, isa, cache_dir))))
 
 
 _kernel: Optional[CpuKernel] = None

@@ -14,9 +14,12 @@ system compiler (``$CC``, default ``cc``) and loaded with :mod:`ctypes`.
   therefore holds one library per CPU, and the key is also compiled into the
   library (``mmact_build_key()``): a library whose key does not match the
   running machine is refused (:class:`BuildKeyMismatch`) and rebuilt.
-* **Threads.** Kernels work on index ranges; :func:`run_parallel` splits the
-  work over ``torch.get_num_threads()`` Python threads (ctypes releases the
-  GIL during the call).
+* **Threads.** Kernels work on index ranges ``[s, e)`` (thread index
+  ``t``). Built with OpenMP (``-fopenmp``; the library then shares the
+  ``libgomp`` runtime, and so the thread team, that torch already loaded),
+  ``NAME_mt`` runs the ranges on OpenMP threads; without OpenMP
+  :meth:`KernelLibrary.launch` splits them over Python threads (ctypes
+  releases the GIL). ``MMACT_CPU_OPENMP=0`` builds without OpenMP.
 
 Nothing here is required: without a compiler, on other platforms than
 Linux, or with ``MMACT_DISABLE_CPU_KERNEL=1``, :func:`get_library` returns
@@ -42,7 +45,7 @@ import torch
 __all__ = [
     'ISAS', 'BuildKeyMismatch', 'cpu_model', 'cpu_flags', 'supported_isas',
     'host_isa', 'build_key', 'build_library', 'load_library', 'get_library',
-    'split_ranges', 'run_parallel'
+    'KernelLibrary', 'split_ranges', 'run_parallel', 'PRELUDE'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -72,6 +75,35 @@ _BASE_FLAGS = [
     '-fno-trapping-math', '-ffp-contract=fast', '-std=gnu11'
 ]
 _KEY_SYMBOL = 'mmact_build_key'
+
+#: Prepended to every kernel source. ``MMACT_PARALLEL(NAME, (params),
+#: (args))`` defines ``NAME_mt(params, nt, total, step)`` running
+#: ``NAME(args, s, e, t)`` on the ranges ``[t step, (t + 1) step)`` of
+#: ``[0, total)`` for ``t < nt`` on OpenMP threads (only with OpenMP).
+PRELUDE = r"""
+#include <stdint.h>
+#define MMACT_UNPAREN(...) __VA_ARGS__
+#ifdef _OPENMP
+#include <omp.h>
+int mmact_openmp(void) { return 1; }
+#define MMACT_PARALLEL(NAME, PARAMS, ARGS)                                 \
+void NAME##_mt(MMACT_UNPAREN PARAMS, int64_t nt, int64_t total,            \
+               int64_t step) {                                             \
+    _Pragma("omp parallel num_threads(nt) if(nt > 1)")                     \
+    {                                                                      \
+        const int64_t nteam = omp_get_num_threads();                       \
+        for (int64_t t = omp_get_thread_num(); t < nt; t += nteam) {       \
+            const int64_t s = t * step;                                    \
+            const int64_t e = s + step < total ? s + step : total;         \
+            if (s < e) NAME(MMACT_UNPAREN ARGS, s, e, t);                  \
+        }                                                                  \
+    }                                                                      \
+}
+#else
+int mmact_openmp(void) { return 0; }
+#define MMACT_PARALLEL(NAME, PARAMS, ARGS)
+#endif
+"""
 
 
 class BuildKeyMismatch(RuntimeError):
@@ -149,15 +181,16 @@ def _compiler() -> Optional[Tuple[str, str]]:
     return path, (out.splitlines() or ['?'])[0]
 
 
-def _flags(isa: str) -> List[str]:
-    return _BASE_FLAGS + _ISA_CC_FLAGS[isa]
+def _flags(isa: str, openmp: bool) -> List[str]:
+    return _BASE_FLAGS + _ISA_CC_FLAGS[isa] + (['-fopenmp'] if openmp else [])
 
 
 def build_key(source: str,
               isa: str,
               compiler: Tuple[str, str],
               model: Optional[str] = None,
-              flags: Optional[FrozenSet[str]] = None) -> str:
+              flags: Optional[FrozenSet[str]] = None,
+              openmp: bool = False) -> str:
     """Hex digest naming one build of ``source`` on one machine.
 
     Args:
@@ -166,13 +199,14 @@ def build_key(source: str,
         compiler: ``(path, version line)`` of the compiler.
         model: CPU model name (default: this CPU's).
         flags: CPU flags (default: this CPU's).
+        openmp: whether the build uses OpenMP.
     """
     if isa not in ISAS:
         raise ValueError(f'isa must be one of {ISAS}, got {isa!r}')
     fields = dict(
         source=hashlib.sha256(source.encode()).hexdigest(),
         isa=isa,
-        cc_flags=_flags(isa),
+        cc_flags=_flags(isa, openmp),
         compiler=list(compiler),
         machine=platform.machine(),
         cpu_model=cpu_model() if model is None else model,
@@ -189,15 +223,18 @@ def _cache_dir() -> str:
 def build_library(name: str,
                   source: str,
                   isa: Optional[str] = None,
-                  cache_dir: Optional[str] = None) -> Tuple[str, str]:
-    """Compile ``source`` for ``isa`` (default :func:`host_isa`) unless the
-    cache has it.
+                  cache_dir: Optional[str] = None,
+                  openmp: Optional[bool] = None) -> Tuple[str, str]:
+    """Compile :data:`PRELUDE` + ``source`` for ``isa`` unless the cache has
+    it.
 
     Args:
         name: file name stem of the library.
         source: the C source.
-        isa: one of :data:`ISAS`.
+        isa: one of :data:`ISAS`; default :func:`host_isa`.
         cache_dir: default ``$MMACT_CACHE_DIR`` or ``~/.cache/mmact``.
+        openmp: build with OpenMP; default unless ``MMACT_CPU_OPENMP=0``.
+            A compiler without OpenMP gives a build without it.
 
     Returns:
         ``(path, key)`` of the library.
@@ -209,7 +246,9 @@ def build_library(name: str,
     if compiler is None:
         raise RuntimeError(f'no C compiler ({os.environ.get("CC", "cc")})')
     isa = host_isa() if isa is None else isa
-    key = build_key(source, isa, compiler)
+    if openmp is None:
+        openmp = os.environ.get('MMACT_CPU_OPENMP', '1') not in ('', '0')
+    key = build_key(source, isa, compiler, openmp=openmp)
     cache = cache_dir or _cache_dir()
     path = osp.join(cache, f'{name}_{isa}_{key[:16]}.so')
     if osp.exists(path):
@@ -218,15 +257,17 @@ def build_library(name: str,
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         src = osp.join(tmp, f'{name}.c')
         with open(src, 'w') as f:
-            f.write(source)
+            f.write(PRELUDE + source)
             f.write(f'\nconst char *{_KEY_SYMBOL}(void) '
                     f'{{ return "{key}"; }}\n')
         out = osp.join(tmp, f'{name}.so')
         proc = subprocess.run(
-            [compiler[0], *_flags(isa), src, '-o', out, '-lm'],
+            [compiler[0], *_flags(isa, openmp), src, '-o', out, '-lm'],
             capture_output=True,
             text=True,
             timeout=300)
+        if proc.returncode and openmp:
+            return build_library(name, source, isa, cache_dir, openmp=False)
         if proc.returncode:
             raise RuntimeError(f'compiling {name} for {isa} failed: '
                                f'{proc.stderr[-2000:]}')
@@ -256,11 +297,45 @@ def load_library(path: str, key: str) -> ctypes.CDLL:
     return lib
 
 
+class KernelLibrary:
+    """A loaded kernel library and how to launch its range kernels.
+
+    Args:
+        lib: from :func:`load_library`.
+    """
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        lib.mmact_openmp.restype = ctypes.c_int
+        self.openmp = bool(lib.mmact_openmp())
+
+    def declare(self, name: str, argtypes: Sequence) -> None:
+        """Declare ``name(*argtypes, s, e, t)`` (and its ``_mt`` form)."""
+        i64 = ctypes.c_int64
+        fn = getattr(self.lib, name)
+        fn.argtypes, fn.restype = list(argtypes) + [i64] * 3, None
+        if self.openmp:
+            fn = getattr(self.lib, f'{name}_mt')
+            fn.argtypes, fn.restype = list(argtypes) + [i64] * 3, None
+
+    def launch(self, name: str, args: tuple,
+               ranges: Sequence[Tuple[int, int]]) -> None:
+        """Run ``name(*args, s, e, t)`` for every ``(s, e)`` of ``ranges``
+        (from :func:`split_ranges`), ``t`` being the range's index."""
+        if len(ranges) > 1 and self.openmp:
+            step = ranges[0][1] - ranges[0][0]
+            getattr(self.lib, f'{name}_mt')(*args, len(ranges), ranges[-1][1],
+                                            step)
+            return
+        run_parallel(
+            getattr(self.lib, name), ranges, lambda t, s, e: args + (s, e, t))
+
+
 _lock = threading.Lock()
-_libraries: Dict[str, Optional[ctypes.CDLL]] = {}
+_libraries: Dict[str, Optional[KernelLibrary]] = {}
 
 
-def get_library(name: str, source: str) -> Optional[ctypes.CDLL]:
+def get_library(name: str, source: str) -> Optional[KernelLibrary]:
     """The library of ``source`` for this machine, built on first use.
 
     Returns None (with a warning if a build was attempted and failed) when
@@ -280,10 +355,11 @@ def get_library(name: str, source: str) -> Optional[ctypes.CDLL]:
             try:
                 path, key = build_library(name, source)
                 try:
-                    lib = load_library(path, key)
+                    lib = KernelLibrary(load_library(path, key))
                 except BuildKeyMismatch:
                     os.remove(path)  # stale or foreign: rebuild once
-                    lib = load_library(*build_library(name, source))
+                    lib = KernelLibrary(
+                        load_library(*build_library(name, source)))
             except Exception as e:  # compiler/loader problems -> torch path
                 warnings.warn(f'mmact: CPU kernel {name} unavailable '
                               f'({type(e).__name__}: {str(e)[:300]}); using '

@@ -87,7 +87,7 @@ def test_get_library_rebuilds_a_foreign_library(tmp_path, monkeypatch):
     with pytest.raises(BuildKeyMismatch):
         load_library(path, key)
     lib = cpu_build.get_library('probe', SOURCE)
-    assert lib is not None and lib.mmact_answer() == 42
+    assert lib is not None and lib.lib.mmact_answer() == 42
     assert load_library(path, key) is not None
 
 

@@ -12,6 +12,12 @@ evaluated through the fused native kernels (SiLU / GELU / Mish):
 ``d/dk_ve = sum g base(u) / (c k_ho)`` and
 ``d/dk_ho = k_ve / (c k_ho^2) * sum g (u base'(u) - base(u))``.
 Overlapping windows use per-pixel averaged scales and direct formulas.
+
+On float32 CPU tensors with tiles or a global window, the pixel passes run
+in the fused C kernel of :mod:`.cpu_kernel` instead (one loop per pass: window
+statistics, gate application, gate backward with the window sums, indicator
+backward), for the gates and indicators it covers; the rest stays in torch.
+Each stage is labelled for ``torch.profiler`` (``fles.*``).
 """
 from typing import Optional, Sequence, Tuple
 
@@ -19,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+from torch.profiler import record_function
 
+from .cpu_kernel import FleSCpuKernel, get_fles_kernel
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
 from .geometry import (WindowGeometry, window_area, window_coverage,
                        window_scatter, window_sum)
@@ -204,6 +212,23 @@ def _scales_with_graph(scale_fn: ScaleFn, ind: Tensor,
     return (k_ve, k_ho, ind_leaf, *leaves)
 
 
+def _cpu_kernel(x: Tensor, geom: WindowGeometry) -> Optional[FleSCpuKernel]:
+    """The fused C kernel when it applies to ``x`` and ``geom``."""
+    if not FleSCpuKernel.usable(x, geom):
+        return None
+    return get_fles_kernel()
+
+
+def _kernel_indicator(kernel: FleSCpuKernel, xf: Tensor, geom: WindowGeometry,
+                      mode: str) -> Tuple[Tensor, Tensor]:
+    """``(ind, count)`` of ``positive`` / ``mean`` from the C kernel."""
+    sums, count = kernel.stats(xf, geom, mode)
+    if count is None:
+        count = window_area(geom, dtype=torch.float64)
+    count = count.clamp_(min=1.0)
+    return (sums / count).to(xf.dtype), count.to(xf.dtype)
+
+
 class _FleSFunction(torch.autograd.Function):
     """Fused FleS: forward and backward save only ``x`` (plus tiny tensors).
 
@@ -218,15 +243,28 @@ class _FleSFunction(torch.autograd.Function):
         n, c, h, w = x.shape
         planes = n * c
         xf = x.reshape(planes, h, w)
-        out = torch.empty_like(xf)
-        sums, count = _indicator_stats(xf, geom, mode, eta, n, gamma, beta,
-                                       block, out)
-        ind = (sums / count).view(n, c, *geom.grid)
-        k_ve, k_ho = scale_fn(ind, *params)
+        kernel = _cpu_kernel(x, geom)
+        with record_function('fles.stats'):
+            if kernel is not None and kernel.supports_mode(mode):
+                ind, count = _kernel_indicator(kernel, xf, geom, mode)
+            else:
+                sums, count = _indicator_stats(xf, geom, mode, eta, n,
+                                               gamma, beta, block,
+                                               torch.empty_like(xf))
+                ind = sums / count
+        ind = ind.view(n, c, *geom.grid)
+        with record_function('fles.mlp'):
+            k_ve, k_ho = scale_fn(ind, *params)
         kv = k_ve.reshape(planes, *geom.grid)
         ko = k_ho.reshape(planes, *geom.grid)
-        apply = _apply_overlapping if geom.overlapping else _apply_tiles
-        apply(xf, kv, ko, geom, gate, block, out)
+        with record_function('fles.apply'):
+            if kernel is not None and kernel.supports_gate(gate):
+                out = kernel.apply(xf, kv, ko, geom, gate)
+            else:
+                out = torch.empty_like(xf)
+                apply = (
+                    _apply_overlapping if geom.overlapping else _apply_tiles)
+                apply(xf, kv, ko, geom, gate, block, out)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
         ctx.scale_fn, ctx.block = scale_fn, block
         ctx.has_gamma = gamma is not None
@@ -247,22 +285,38 @@ class _FleSFunction(torch.autograd.Function):
         planes = n * c
         xf = x.reshape(planes, h, w)
         gf = grad_out.contiguous().reshape(planes, h, w)
-        k_ve, k_ho, *leaves = _scales_with_graph(ctx.scale_fn, ind, params)
+        kernel = _cpu_kernel(x, geom)
+        with record_function('fles.bwd.mlp'):
+            k_ve, k_ho, *leaves = _scales_with_graph(ctx.scale_fn, ind, params)
         kv = k_ve.detach().reshape(planes, *geom.grid)
         ko = k_ho.detach().reshape(planes, *geom.grid)
-        grad_x = torch.empty_like(xf)
-        gate_grads = (
-            _gate_grads_overlapping if geom.overlapping else _gate_grads_tiles)
-        g_ve, g_ho = gate_grads(xf, gf, kv, ko, geom, ctx.gate, block, grad_x)
-        g_ind, *param_grads = torch.autograd.grad(
-            (k_ve, k_ho),
-            leaves, (g_ve.view_as(k_ve), g_ho.view_as(k_ho)),
-            allow_unused=True)
+        with record_function('fles.bwd.gate'):
+            if kernel is not None and kernel.supports_gate(ctx.gate):
+                grad_x, g_ve, g_ho = kernel.gate_backward(
+                    xf, gf, kv, ko, geom, ctx.gate)
+            else:
+                grad_x = torch.empty_like(xf)
+                gate_grads = (
+                    _gate_grads_overlapping
+                    if geom.overlapping else _gate_grads_tiles)
+                g_ve, g_ho = gate_grads(xf, gf, kv, ko, geom, ctx.gate, block,
+                                        grad_x)
+        with record_function('fles.bwd.mlp'):
+            g_ind, *param_grads = torch.autograd.grad(
+                (k_ve, k_ho),
+                leaves, (g_ve.view_as(k_ve), g_ho.view_as(k_ho)),
+                allow_unused=True)
         g_gamma = g_beta = None
         if g_ind is not None:
-            g_gamma, g_beta = _indicator_grads(xf, g_ind, count, geom,
-                                               ctx.mode, ctx.eta, n, gamma,
-                                               beta, block, grad_x)
+            with record_function('fles.bwd.indicator'):
+                if kernel is not None and kernel.supports_mode(ctx.mode):
+                    q = g_ind.reshape(planes, *geom.grid) / count
+                    kernel.indicator_backward(xf, grad_x, q, geom, ctx.mode)
+                else:
+                    g_gamma, g_beta = _indicator_grads(xf, g_ind, count, geom,
+                                                       ctx.mode, ctx.eta, n,
+                                                       gamma, beta, block,
+                                                       grad_x)
         return (grad_x.view_as(x), None, None, None, None, None, None, g_gamma,
                 g_beta, *param_grads)
 

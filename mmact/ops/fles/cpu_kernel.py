@@ -1,0 +1,377 @@
+"""Fused float32 CPU kernels for the pixel passes of FleS on tiles.
+
+FleS touches every pixel four times per training step; each pass is one
+loop here, for contiguous ``(planes, H, W)`` float32 maps with a
+non-overlapping window grid (tiles cut at the border, or one global window):
+
+* ``stats``: per-window sum of relu(x) and count of x >= 0 (``positive``
+  indicator) or sum of x (``mean``);
+* ``apply``: ``y = k_ve * rho(c k_ho x) * x``;
+* ``gate_bwd``: ``dL/dx`` with the scales held fixed, and the window sums
+  ``sum g x rho(u)`` and ``sum g x^2 rho'(u)`` (``u = c k_ho x``) that give
+  the scale gradients;
+* ``ind_bwd``: ``dL/dx += f'(x) q`` with the indicator gradient ``q`` of the
+  pixel's window (``f'`` = step function for ``positive``, 1 for ``mean``).
+
+Per-window values are expanded once per band of tile rows into a row of W
+floats, so the inner loops run over whole contiguous rows and vectorize;
+window sums accumulate per column over a band and are then reduced per
+window in double. Gates: sigmoid (``tanh_gate`` is sigmoid with c = 2),
+erf (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7) and tanh(softplus).
+The source is built for the host's ISA by :mod:`mmact.ops.cpu_build`.
+"""
+import ctypes
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ..cpu_build import (KernelLibrary, build_library, get_library,
+                         load_library, split_ranges)
+from .geometry import WindowGeometry
+
+__all__ = ['FleSCpuKernel', 'get_fles_kernel', 'build_fles_kernel']
+
+_SOURCE = r"""
+#include <stdlib.h>
+#include <string.h>
+
+/* exp(x), x clamped to [-87, 88]: Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2, degree-5 polynomial (relative error 2e-7 in float32). */
+static inline float exp_c(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.42860676533018738e-06f;
+    float p = 8.2902974e-3f;
+    p = p * r + 4.1897912e-2f;
+    p = p * r + 1.6667636e-1f;
+    p = p * r + 4.9999151e-1f;
+    p = p * r + 9.9999970e-1f;
+    p = p * r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return p * scale.f;
+}
+
+/* Gates: RHO(u) sets r (rho) and d (rho'). */
+#define RHO_SIGMOID(u)                                                     \
+    const float r = 1.0f / (1.0f + exp_c(-(u)));                           \
+    const float d = r * (1.0f - r);
+
+/* Phi(u) = 0.5 (1 + erf(u / sqrt 2)), erf by A&S 7.1.26 on |u| / sqrt 2. */
+#define RHO_ERF(u)                                                         \
+    const float za = __builtin_fabsf(u) * 0.70710678118654752f;            \
+    const float t = 1.0f / (1.0f + 0.3275911f * za);                       \
+    const float gauss = exp_c(-za * za);                                   \
+    float q = 1.061405429f;                                                \
+    q = q * t - 1.453152027f;                                              \
+    q = q * t + 1.421413741f;                                              \
+    q = q * t - 0.284496736f;                                              \
+    q = q * t + 0.254829592f;                                              \
+    const float half_erfc = 0.5f * q * t * gauss;                          \
+    const float r = (u) >= 0.0f ? 1.0f - half_erfc : half_erfc;            \
+    const float d = gauss * 0.39894228040143268f;
+
+/* tanh(softplus(u)) = w (w + 2) / (w (w + 2) + 2), w = e^u;
+ * derivative (1 - rho^2) sigmoid(u). u is capped at 20 (rho = 1 there). */
+#define RHO_MISH(u)                                                        \
+    const float w = exp_c((u) < 20.0f ? (u) : 20.0f);                      \
+    const float nw2 = w * (w + 2.0f);                                      \
+    const float r = nw2 / (nw2 + 2.0f);                                    \
+    const float d = (1.0f - r * r) * (w / (1.0f + w));
+
+/* Per band of tile rows: rows [i0, i1) of the plane, grid row gr. */
+#define BANDS(...)                                                         \
+    for (int64_t p = p0; p < p1; ++p) {                                    \
+        for (int64_t gr = 0; gr < nh; ++gr) {                              \
+            const int64_t i0 = gr * kh;                                    \
+            const int64_t i1 = i0 + kh < H ? i0 + kh : H;                  \
+            const int64_t wbase = (p * nh + gr) * nw;                      \
+            __VA_ARGS__                                                    \
+        }                                                                  \
+    }
+
+/* row[j] = scale * v[wbase + j / kw] for the W columns. */
+static inline void expand_row(float* row, const float* v, float scale,
+                              int64_t W, int64_t kw) {
+    for (int64_t j = 0; j < W; ++j) row[j] = scale * v[j / kw];
+}
+
+/* out[c] = sum of col over the columns of window c (in double). */
+static inline void reduce_cols(double* out, const float* col, int64_t W,
+                               int64_t kw, int64_t nw) {
+    for (int64_t c = 0; c < nw; ++c) {
+        const int64_t j1 = (c + 1) * kw < W ? (c + 1) * kw : W;
+        double s = 0.0;
+        for (int64_t j = c * kw; j < j1; ++j) s += col[j];
+        out[c] = s;
+    }
+}
+
+#define GEOM_PARAMS int64_t H, int64_t W, int64_t kh, int64_t kw,        \
+                    int64_t nh, int64_t nw
+#define GEOM_ARGS GEOM_PARAMS, int64_t p0, int64_t p1, int64_t t
+#define GEOM_NAMES H, W, kh, kw, nh, nw
+
+/* mode 0: sums of relu(x), counts of x >= 0; mode 1: sums of x. */
+void fles_stats(const float* x, double* sums, double* counts, int64_t mode,
+                GEOM_ARGS) {
+    float* col = (float*)malloc(2 * W * sizeof(float));
+    float* cnt = col + W;
+    BANDS(
+        memset(col, 0, 2 * W * sizeof(float));
+        for (int64_t i = i0; i < i1; ++i) {
+            const float* xr = x + (p * H + i) * W;
+            if (mode == 0) {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < W; ++j) {
+                    const float v = xr[j];
+                    col[j] += v > 0.0f ? v : 0.0f;
+                    cnt[j] += v >= 0.0f ? 1.0f : 0.0f;
+                }
+            } else {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < W; ++j) col[j] += xr[j];
+            }
+        }
+        reduce_cols(sums + wbase, col, W, kw, nw);
+        if (mode == 0) reduce_cols(counts + wbase, cnt, W, kw, nw);
+    )
+    free(col);
+}
+MMACT_PARALLEL(fles_stats, (const float* x, double* sums, double* counts,
+                            int64_t mode, GEOM_PARAMS),
+               (x, sums, counts, mode, GEOM_NAMES))
+
+/* y = k_ve * rho(c k_ho x) * x */
+#define APPLY(NAME, RHO)                                                   \
+void NAME(const float* x, float* y, const float* kv, const float* ko,      \
+          float cst, GEOM_ARGS) {                                          \
+    float* rv = (float*)malloc(2 * W * sizeof(float));                     \
+    float* ro = rv + W;                                                    \
+    BANDS(                                                                 \
+        expand_row(rv, kv + wbase, 1.0f, W, kw);                           \
+        expand_row(ro, ko + wbase, cst, W, kw);                            \
+        for (int64_t i = i0; i < i1; ++i) {                                \
+            const float* xr = x + (p * H + i) * W;                         \
+            float* yr = y + (p * H + i) * W;                               \
+            _Pragma("omp simd")                                            \
+            for (int64_t j = 0; j < W; ++j) {                              \
+                const float xv = xr[j];                                    \
+                const float u = ro[j] * xv;                                \
+                RHO(u)                                                     \
+                (void)d;                                                   \
+                yr[j] = rv[j] * r * xv;                                    \
+            }                                                              \
+        }                                                                  \
+    )                                                                      \
+    free(rv);                                                              \
+}                                                                          \
+MMACT_PARALLEL(NAME, (const float* x, float* y, const float* kv,          \
+                      const float* ko, float cst, GEOM_PARAMS),            \
+               (x, y, kv, ko, cst, GEOM_NAMES))
+
+/* gx = g k_ve (rho(u) + u rho'(u)); window sums of g x rho(u) (-> s_ve)
+ * and g x^2 rho'(u) (-> s_ho; the caller multiplies by c k_ve). */
+#define GATE_BWD(NAME, RHO)                                                \
+void NAME(const float* x, const float* go, float* gx, const float* kv,     \
+          const float* ko, float cst, double* s_ve, double* s_ho,          \
+          GEOM_ARGS) {                                                     \
+    float* rv = (float*)malloc(4 * W * sizeof(float));                     \
+    float* ro = rv + W;                                                    \
+    float* ca = ro + W;                                                    \
+    float* cb = ca + W;                                                    \
+    BANDS(                                                                 \
+        expand_row(rv, kv + wbase, 1.0f, W, kw);                           \
+        expand_row(ro, ko + wbase, cst, W, kw);                            \
+        memset(ca, 0, 2 * W * sizeof(float));                              \
+        for (int64_t i = i0; i < i1; ++i) {                                \
+            const int64_t o = (p * H + i) * W;                             \
+            const float* xr = x + o;                                       \
+            const float* gr_ = go + o;                                     \
+            float* gxr = gx + o;                                           \
+            _Pragma("omp simd")                                            \
+            for (int64_t j = 0; j < W; ++j) {                              \
+                const float xv = xr[j], g = gr_[j];                        \
+                const float u = ro[j] * xv;                                \
+                RHO(u)                                                     \
+                const float gx_ = g * xv;                                  \
+                gxr[j] = g * rv[j] * (r + u * d);                          \
+                ca[j] += gx_ * r;                                          \
+                cb[j] += gx_ * xv * d;                                     \
+            }                                                              \
+        }                                                                  \
+        reduce_cols(s_ve + wbase, ca, W, kw, nw);                          \
+        reduce_cols(s_ho + wbase, cb, W, kw, nw);                          \
+    )                                                                      \
+    free(rv);                                                              \
+}                                                                          \
+MMACT_PARALLEL(NAME, (const float* x, const float* go, float* gx,         \
+                      const float* kv, const float* ko, float cst,         \
+                      double* s_ve, double* s_ho, GEOM_PARAMS),            \
+               (x, go, gx, kv, ko, cst, s_ve, s_ho, GEOM_NAMES))
+
+APPLY(fles_apply_sigmoid, RHO_SIGMOID)
+APPLY(fles_apply_erf, RHO_ERF)
+APPLY(fles_apply_mish, RHO_MISH)
+GATE_BWD(fles_gate_bwd_sigmoid, RHO_SIGMOID)
+GATE_BWD(fles_gate_bwd_erf, RHO_ERF)
+GATE_BWD(fles_gate_bwd_mish, RHO_MISH)
+
+/* gx += f'(x) q: mode 0 (positive) f' = [x > 0], mode 1 (mean) f' = 1. */
+void fles_ind_bwd(const float* x, float* gx, const float* q, int64_t mode,
+                  GEOM_ARGS) {
+    float* rq = (float*)malloc(W * sizeof(float));
+    BANDS(
+        expand_row(rq, q + wbase, 1.0f, W, kw);
+        for (int64_t i = i0; i < i1; ++i) {
+            const float* xr = x + (p * H + i) * W;
+            float* gxr = gx + (p * H + i) * W;
+            if (mode == 0) {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < W; ++j)
+                    gxr[j] += xr[j] > 0.0f ? rq[j] : 0.0f;
+            } else {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < W; ++j) gxr[j] += rq[j];
+            }
+        }
+    )
+    free(rq);
+}
+MMACT_PARALLEL(fles_ind_bwd, (const float* x, float* gx, const float* q,
+                              int64_t mode, GEOM_PARAMS),
+               (x, gx, q, mode, GEOM_NAMES))
+"""
+
+_NAME = 'mmact_fles'
+_MIN_PER_THREAD = 1 << 15
+#: gate -> (C function suffix, constant c with rho(z) = base(c z)).
+_GATES = {
+    'sigmoid': ('sigmoid', 1.0),
+    'tanh_gate': ('sigmoid', 2.0),
+    'erf': ('erf', 1.0),
+    'tanh_softplus': ('mish', 1.0),
+}
+#: indicator modes the kernel evaluates (others: torch).
+_MODES = {'positive': 0, 'mean': 1}
+
+
+def _ptr(t: Tensor) -> int:
+    return t.data_ptr()
+
+
+class FleSCpuKernel:
+    """ctypes wrapper of the FleS pixel passes (see the module docstring).
+
+    All tensors are contiguous float32 on the CPU: maps ``(planes, H, W)``,
+    per-window values ``(planes, nh, nw)``.
+
+    Args:
+        lib: the loaded library.
+    """
+
+    def __init__(self, lib: KernelLibrary) -> None:
+        p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+        geom = [i64] * 6
+        lib.declare('fles_stats', [p, p, p, i64] + geom)
+        lib.declare('fles_ind_bwd', [p, p, p, i64] + geom)
+        for suffix in ('sigmoid', 'erf', 'mish'):
+            lib.declare(f'fles_apply_{suffix}', [p, p, p, p, f32] + geom)
+            lib.declare(f'fles_gate_bwd_{suffix}',
+                        [p, p, p, p, p, f32, p, p] + geom)
+        self.lib = lib
+
+    @staticmethod
+    def usable(x: Tensor, geom: WindowGeometry) -> bool:
+        """Whether the kernel evaluates FleS passes on ``x`` with ``geom``."""
+        return (type(x) in (torch.Tensor, torch.nn.Parameter)
+                and x.device.type == 'cpu' and x.dtype == torch.float32
+                and not geom.overlapping and not torch.jit.is_tracing()
+                and not torch.compiler.is_compiling())
+
+    @staticmethod
+    def supports_gate(gate: str) -> bool:
+        return gate in _GATES
+
+    @staticmethod
+    def supports_mode(mode: str) -> bool:
+        return mode in _MODES
+
+    def _run(self, name: str, planes: int, geom: WindowGeometry,
+             args: tuple) -> None:
+        h, w = geom.height, geom.width
+        ranges = split_ranges(planes, max(1, _MIN_PER_THREAD // (h * w)))
+        self.lib.launch(name, args + (h, w, *geom.window, *geom.grid), ranges)
+
+    def stats(self, xf: Tensor, geom: WindowGeometry,
+              mode: str) -> Tuple[Tensor, Optional[Tensor]]:
+        """Window sums (float64) of the indicator transform, and the counts
+        of ``x >= 0`` for ``positive`` (None for ``mean``)."""
+        planes = xf.shape[0]
+        sums = torch.empty(planes, *geom.grid, dtype=torch.float64)
+        counts = torch.empty_like(sums) if mode == 'positive' else None
+        cptr = 0 if counts is None else _ptr(counts)
+        self._run('fles_stats', planes, geom,
+                  (_ptr(xf), _ptr(sums), cptr, _MODES[mode]))
+        return sums, counts
+
+    def apply(self, xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
+              gate: str) -> Tensor:
+        """``k_ve * rho(k_ho x) * x`` with per-window scales."""
+        suffix, cst = _GATES[gate]
+        out = torch.empty_like(xf)
+        kv, ko = kv.contiguous(), ko.contiguous()
+        self._run(f'fles_apply_{suffix}', xf.shape[0], geom,
+                  (_ptr(xf), _ptr(out), _ptr(kv), _ptr(ko), cst))
+        return out
+
+    def gate_backward(self, xf: Tensor, gf: Tensor, kv: Tensor, ko: Tensor,
+                      geom: WindowGeometry,
+                      gate: str) -> Tuple[Tensor, Tensor, Tensor]:
+        """Returns ``(grad_x, g_ve, g_ho)``: the input gradient with the
+        scales held fixed, and the gradients of the per-window scales."""
+        suffix, cst = _GATES[gate]
+        planes = xf.shape[0]
+        kv, ko = kv.contiguous(), ko.contiguous()
+        grad_x = torch.empty_like(xf)
+        s_ve = torch.empty(planes, *geom.grid, dtype=torch.float64)
+        s_ho = torch.empty_like(s_ve)
+        self._run(f'fles_gate_bwd_{suffix}', planes, geom,
+                  (_ptr(xf), _ptr(gf), _ptr(grad_x), _ptr(kv), _ptr(ko), cst,
+                   _ptr(s_ve), _ptr(s_ho)))
+        g_ho = s_ho.to(kv.dtype).mul_(kv).mul_(cst)
+        return grad_x, s_ve.to(kv.dtype), g_ho
+
+    def indicator_backward(self, xf: Tensor, grad_x: Tensor, q: Tensor,
+                           geom: WindowGeometry, mode: str) -> None:
+        """``grad_x += f'(x) * q`` of each pixel's window, in place."""
+        q = q.to(torch.float32).contiguous()
+        self._run('fles_ind_bwd', xf.shape[0], geom,
+                  (_ptr(xf), _ptr(grad_x), _ptr(q), _MODES[mode]))
+
+
+def build_fles_kernel(isa: Optional[str] = None,
+                      cache_dir: Optional[str] = None) -> FleSCpuKernel:
+    """Build (or take from the cache) and load the kernel for ``isa``.
+
+    Args:
+        isa: one of :data:`mmact.ops.cpu_build.ISAS`; default the host's.
+        cache_dir: library cache; default as in :mod:`mmact.ops.cpu_build`.
+    """
+    return FleSCpuKernel(
+        KernelLibrary(
+            load_library(*build_library(_NAME, _SOURCE, isa, cache_dir))))
+
+
+_kernel: Optional[FleSCpuKernel] = None
+
+
+def get_fles_kernel() -> Optional[FleSCpuKernel]:
+    """The kernel for this machine, built on first call, or None."""
+    global _kernel
+    if _kernel is None:
+        lib = get_library(_NAME, _SOURCE)
+        _kernel = None if lib is None else FleSCpuKernel(lib)
+    return _kernel

@@ -1,0 +1,128 @@
+"""The fused float32 C kernel of FleS against the float64 composite."""
+import importlib
+
+import pytest
+import torch
+
+from mmact.ops.cpu_build import supported_isas
+from mmact.ops.fles import fles_fused, fles_reference, window_geometry
+from mmact.ops.fles.cpu_kernel import (FleSCpuKernel, build_fles_kernel,
+                                       get_fles_kernel)
+
+fused_mod = importlib.import_module('mmact.ops.fles.fused')
+
+pytestmark = pytest.mark.skipif(
+    get_fles_kernel() is None, reason='no C compiler: torch path only')
+
+GEOMS = [
+    # tiles with cut border tiles, exact tiles, global
+    (11, 17, (3, 5)),
+    (6, 10, (3, 5)),
+    (7, 9, None),
+]
+
+
+def _params(c, hidden, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(2, hidden, c, generator=g) * 0.5,
+        torch.randn(2, hidden, generator=g) * 0.5,
+        torch.randn(2, c, hidden, generator=g) * 0.5,
+        torch.randn(2, c, generator=g) * 0.5,
+    ]
+
+
+def _grads(x, params, geom, gate, mode, go, fn):
+    x = x.detach().clone().requires_grad_()
+    params = [p.detach().clone().requires_grad_() for p in params]
+    y = fn(x, geom, params, gate=gate, mode=mode)
+    grads = torch.autograd.grad(y, [x] + params, go.to(y.dtype))
+    return [y.detach()] + list(grads)
+
+
+def _check(kernel, monkeypatch, h, w, window, gate, mode, seed=0):
+    monkeypatch.setattr(fused_mod, 'get_fles_kernel', lambda: kernel)
+    g = torch.Generator().manual_seed(seed)
+    c = 6
+    x = torch.randn(3, c, h, w, generator=g) * 2
+    x[0, 0, 0, :4] = torch.tensor([0.0, -100.0, 100.0, -0.0])
+    go = torch.randn(3, c, h, w, generator=g)
+    params = _params(c, 3, seed)
+    geom = window_geometry(h, w, window)
+    calls = []
+    real = kernel.apply
+    monkeypatch.setattr(kernel, 'apply',
+                        lambda *a: calls.append(1) or real(*a))
+    got = _grads(x, params, geom, gate, mode, go, fles_fused)
+    assert calls, 'the C kernel was not used'
+    want = _grads(x.double(), [p.double() for p in params], geom, gate, mode,
+                  go.double(), fles_reference)
+    names = ['out', 'grad_x', 'fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
+    for a, b, name in zip(got, want, names):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(
+            a, b.float(), rtol=1e-4, atol=1e-5, msg=f'{gate} {mode} {name}')
+
+
+@pytest.mark.parametrize('h,w,window', GEOMS)
+@pytest.mark.parametrize('gate',
+                         ['sigmoid', 'tanh_gate', 'erf', 'tanh_softplus'])
+@pytest.mark.parametrize('mode', ['positive', 'mean'])
+def test_kernel_matches_float64(h, w, window, gate, mode, monkeypatch):
+    _check(get_fles_kernel(), monkeypatch, h, w, window, gate, mode)
+
+
+@pytest.mark.parametrize('isa', ['avx512', 'avx2', 'portable'])
+def test_every_isa_build_matches_float64(isa, tmp_path, monkeypatch):
+    if isa not in supported_isas():
+        pytest.skip(f'this CPU cannot run {isa} code (no such hardware)')
+    kernel = build_fles_kernel(isa, cache_dir=str(tmp_path))
+    for gate in ('sigmoid', 'erf', 'tanh_softplus'):
+        _check(kernel, monkeypatch, 11, 17, (3, 5), gate, 'positive', seed=1)
+        _check(kernel, monkeypatch, 7, 9, None, gate, 'positive', seed=1)
+
+
+@pytest.mark.parametrize('mode', ['softplus', 'quasi_linear'])
+def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
+    """Indicators the kernel lacks run in torch; the gate still in C."""
+    monkeypatch.setattr(fused_mod, 'get_fles_kernel', get_fles_kernel)
+    g = torch.Generator().manual_seed(2)
+    c = 4
+    x = torch.randn(2, c, 8, 9, generator=g)
+    go = torch.randn(2, c, 8, 9, generator=g)
+    params = _params(c, 2, 2)
+    gamma, beta = torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g)
+    geom = window_geometry(8, 9, (3, 4))
+
+    def run(x, params, gamma, beta, fn):
+        leaves = [
+            t.detach().clone().requires_grad_()
+            for t in [x, gamma, beta, *params]
+        ]
+        y = fn(
+            leaves[0],
+            geom,
+            leaves[3:],
+            mode=mode,
+            gamma=leaves[1],
+            beta=leaves[2])
+        return [y.detach()] + list(
+            torch.autograd.grad(y, leaves, go.to(y.dtype), allow_unused=True))
+
+    got = run(x, params, gamma, beta, fles_fused)
+    want = run(x.double(), [p.double() for p in params], gamma.double(),
+               beta.double(), fles_reference)
+    for a, b in zip(got, want):
+        if b is None:
+            assert a is None
+            continue
+        torch.testing.assert_close(a, b.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_dispatch():
+    x = torch.randn(2, 3, 8, 8)
+    tiles = window_geometry(8, 8, (3, 3))
+    assert FleSCpuKernel.usable(x, tiles)
+    assert FleSCpuKernel.usable(x, window_geometry(8, 8))
+    assert not FleSCpuKernel.usable(x, window_geometry(8, 8, (3, 3), (2, 2)))
+    assert not FleSCpuKernel.usable(x.double(), tiles)
