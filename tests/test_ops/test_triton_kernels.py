@@ -47,3 +47,49 @@ def test_in_triton_interpreter(cases):
 @pytest.mark.parametrize('cases', CASES)
 def test_on_cuda(cases):
     run_cases(cases, 'cuda')
+
+
+def _compile_for_hopper(fn, types: dict, constexprs: dict) -> None:
+    """Compile ``fn`` to a Hopper (sm_90) binary; needs no GPU."""
+    triton = pytest.importorskip('triton')
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    signature = dict(types, **{name: 'constexpr' for name in constexprs})
+    values = {(fn.arg_names.index(k), ): v for k, v in constexprs.items()}
+    triton.compile(
+        ASTSource(fn, signature, values), target=GPUTarget('cuda', 90, 32))
+
+
+@pytest.mark.parametrize('axis,per_channel', [(1, 1)])
+def test_apa_kernels_compile(axis, per_channel):
+    """The interpreter does not type-check like the compiler does."""
+    pytest.importorskip('triton')
+    from mmact.ops.triton import apa_kernels as kernels
+    ints = dict(P='i32', Q='i32', C='i32', n_q='i32')
+    params = dict(k_ptr='*fp32', l_ptr='*fp32')
+    common = dict(
+        AGLU=True,
+        K_PER_CHANNEL=per_channel,
+        L_PER_CHANNEL=per_channel,
+        CHANNEL_AXIS=axis,
+        BLOCK_P=1 if not per_channel else 4,
+        BLOCK_Q=256,
+        WIDE=axis == 0)
+    _compile_for_hopper(kernels.eta_fwd_kernel,
+                        dict(x_ptr='*bf16', y_ptr='*bf16', **params, **ints),
+                        common)
+    _compile_for_hopper(
+        kernels.eta_bwd_kernel,
+        dict(
+            x_ptr='*bf16',
+            go_ptr='*bf16',
+            gx_ptr='*bf16',
+            **params,
+            sk_ptr='*fp32',
+            sl_ptr='*fp32',
+            **ints),
+        dict(
+            common,
+            PER_CHANNEL_SUMS=per_channel,
+            NEED_X=True,
+            NEED_PARAMS=True))

@@ -34,11 +34,14 @@ def _log1p_from_s(s):
 @triton.jit
 def _load_param(ptr, ch, Q, PER_CHANNEL: tl.constexpr,
                 CHANNEL_AXIS: tl.constexpr):
+    # one return: the compiler wants the same type on every return
     if not PER_CHANNEL:
-        return tl.load(ptr)
-    if CHANNEL_AXIS == 0:
-        return tl.load(ptr + ch)  # p % C is always a valid channel
-    return tl.load(ptr + ch, mask=ch < Q, other=1.0)
+        value = tl.load(ptr)
+    elif CHANNEL_AXIS == 0:
+        value = tl.load(ptr + ch)  # p % C is always a valid channel
+    else:
+        value = tl.load(ptr + ch, mask=ch < Q, other=1.0)
+    return value
 
 
 @triton.jit
