@@ -30,8 +30,8 @@ from mmact.testing import (adapt_config, config_data_kind,
                            generate_classification, generate_coco,
                            generate_lvis, generate_objects365, generate_v3det)
 from mmact.utils import activation_paramwise_cfg
-from mmact.utils.preflight import (check_pretrained_paths,
-                                   missing_pretrained_paths)
+from mmact.utils.launch import (check_pretrained_paths,
+                                missing_pretrained_paths)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -347,8 +347,15 @@ def test_imagenet_recipe(config):
         assert [m.type for m in cfg.val_evaluator] == ['Accuracy',
                                                       'ShotAccuracy']
         assert cfg.val_evaluator[1].train_ann_file == head.train_ann_file
-    else:  # paper 000, Sec. VI-A
-        assert (optimizer.lr, optimizer.weight_decay) == (0.256, 6e-6)
+    else:  # paper 000, Sec. VI-A, with the authors' public command's
+        # weight decay, momentum and warm-up (paper's 6e-6: a 10x typo)
+        assert (optimizer.lr, optimizer.weight_decay,
+                optimizer.momentum) == (0.256, 6.103515625e-05, 0.875)
+        warmup, cosine = cfg.param_scheduler
+        assert (warmup.type, warmup.start_factor, warmup.end) == ('LinearLR',
+                                                                  0.01, 3)
+        assert (cosine.type, cosine.begin, cosine.end) == (
+            'CosineAnnealingLR', 3, 100)
         assert cfg.train_cfg.max_epochs == 100
 
 
@@ -469,7 +476,7 @@ def test_imagenet_checkpoint_initialises_the_detector_backbone(
 @pytest.mark.parametrize('config', SHIPPED)
 def test_missing_data_is_named(config, tmp_path, monkeypatch):
     """tools/train.py's data check sees every dataset of every config."""
-    from mmact.utils.preflight import check_data_paths, missing_data_paths
+    from mmact.utils.launch import check_data_paths, missing_data_paths
 
     cfg = _load(config)
     monkeypatch.chdir(tmp_path)  # no data/ here
