@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 from pycocotools.coco import COCO
 
-from mmact.testing import (COCO_CATEGORY_IDS, category_appearance,
-                           generate_classification, generate_coco,
-                           generate_lvis, generate_objects365, generate_v3det,
+from mmact.testing import (COCO_CATEGORY_IDS, MANIFEST, TOY_FORMATS,
+                           category_appearance, generate_toy_data,
                            lvis_frequency, lvis_frequency_thresholds,
-                           toy_classes)
+                           missing_files, toy_classes)
 
 # pycocotools' mask decoding warns on numpy 2 once per call; not ours
 pytestmark = pytest.mark.filterwarnings(
@@ -83,52 +82,50 @@ def _tree(root: str) -> List[str]:
         for n in names)
 
 
+# The default sets, written once per test session (tests/conftest.py).
 @pytest.fixture(scope='module')
-def coco_root(tmp_path_factory) -> str:
-    return generate_coco(str(tmp_path_factory.mktemp('toy') / 'toy_coco'))
-
-
-@pytest.fixture(scope='module')
-def lvis_root(tmp_path_factory) -> str:
-    return generate_lvis(str(tmp_path_factory.mktemp('toy') / 'toy_lvis'))
+def coco_root(toy_data_root) -> str:
+    return toy_data_root('coco')
 
 
 @pytest.fixture(scope='module')
-def v3det_root(tmp_path_factory) -> str:
-    return generate_v3det(str(tmp_path_factory.mktemp('toy') / 'toy_v3det'))
+def lvis_root(toy_data_root) -> str:
+    return toy_data_root('lvis')
 
 
 @pytest.fixture(scope='module')
-def o365_root(tmp_path_factory) -> str:
-    return generate_objects365(
-        str(tmp_path_factory.mktemp('toy') / 'toy_objects365'))
+def v3det_root(toy_data_root) -> str:
+    return toy_data_root('v3det')
 
 
 @pytest.fixture(scope='module')
-def cls_root(tmp_path_factory) -> str:
-    return generate_classification(
-        str(tmp_path_factory.mktemp('toy') / 'toy_cls'))
+def o365_root(toy_data_root) -> str:
+    return toy_data_root('objects365')
+
+
+@pytest.fixture(scope='module')
+def cls_root(toy_data_root) -> str:
+    return toy_data_root('cls')
 
 
 # ---------------------------------------------------------------------------
-# determinism, names, CLI
+# determinism, names, options, completeness, CLI
 # ---------------------------------------------------------------------------
-GENERATORS = {
-    'coco': (generate_coco, SMALL),
-    'lvis': (generate_lvis, dict(num_train=12, num_val=4, num_classes=6)),
-    'v3det': (generate_v3det, SMALL),
-    'objects365': (generate_objects365, SMALL),
-    'cls': (generate_classification,
-            dict(num_classes=4, max_per_class=6, num_val_per_class=2)),
+SMALL_OPTIONS = {
+    'coco': SMALL,
+    'lvis': dict(num_train=12, num_val=4, num_classes=6),
+    'v3det': SMALL,
+    'objects365': SMALL,
+    'cls': dict(num_classes=4, max_per_class=6, num_val_per_class=2),
 }
 
 
-@pytest.mark.parametrize('fmt', sorted(GENERATORS))
+@pytest.mark.parametrize('fmt', TOY_FORMATS)
 def test_deterministic(tmp_path, fmt):
-    gen, kwargs = GENERATORS[fmt]
-    a = gen(str(tmp_path / 'a'), seed=3, **kwargs)
-    b = gen(str(tmp_path / 'b'), seed=3, **kwargs)
-    c = gen(str(tmp_path / 'c'), seed=4, **kwargs)
+    kwargs = SMALL_OPTIONS[fmt]
+    a = generate_toy_data(fmt, str(tmp_path / 'a'), seed=3, **kwargs)
+    b = generate_toy_data(fmt, str(tmp_path / 'b'), seed=3, **kwargs)
+    c = generate_toy_data(fmt, str(tmp_path / 'c'), seed=4, **kwargs)
     files = _tree(a)
     assert files == _tree(b) and len(files) > 3
     match, mismatch, errors = filecmp.cmpfiles(a, b, files, shallow=False)
@@ -141,6 +138,52 @@ def test_deterministic(tmp_path, fmt):
     # another seed gives other data
     assert any(not filecmp.cmp(osp.join(a, f), osp.join(c, f), shallow=False)
                for f in files if osp.exists(osp.join(c, f)))
+
+
+def test_options_checked(tmp_path):
+    with pytest.raises(ValueError, match="unknown option.*with_segm"):
+        generate_toy_data('coco', str(tmp_path), with_segm=False)
+    with pytest.raises(ValueError, match='accepted:.*num_val_per_class'):
+        generate_toy_data('cls', str(tmp_path), num_train=3)
+    with pytest.raises(ValueError, match='unknown toy format'):
+        generate_toy_data('voc', str(tmp_path))
+    with pytest.raises(ValueError, match='rare_max < common_max'):
+        generate_toy_data('lvis', str(tmp_path), rare_max=5, common_max=5)
+    with pytest.raises(ValueError, match='imbalance must be >= 1'):
+        generate_toy_data('cls', str(tmp_path), imbalance=0.5)
+    with pytest.raises(ValueError, match='image_size must be at least 32'):
+        generate_toy_data('lvis', str(tmp_path), image_size=(16, 64))
+
+
+def test_manifest_and_missing_files(tmp_path):
+    calls = []
+    root = generate_toy_data(
+        'lvis',
+        str(tmp_path / 'lvis'),
+        progress=lambda *a: calls.append(a),
+        **SMALL_OPTIONS['lvis'])
+    # progress after every image of each split, in order
+    assert calls == [('train', i, 12)
+                     for i in range(1, 13)] + [('val', i, 4)
+                                               for i in range(1, 5)]
+    manifest = _load(osp.join(root, MANIFEST))
+    assert manifest['format'] == 'lvis'
+    assert manifest['options']['num_train'] == 12
+    assert sorted(
+        manifest['files']) == [f for f in _tree(root) if f != MANIFEST]
+    assert missing_files(root, 'lvis', **SMALL_OPTIONS['lvis']) == []
+    # other options: not this set
+    problems = missing_files(root, 'lvis', num_train=13)
+    assert len(problems) == 1 and 'not \'lvis\'' in problems[0]
+    # a lost image is named
+    os.remove(osp.join(root, 'val2017', '000000000013.jpg'))
+    assert missing_files(root, 'lvis', **SMALL_OPTIONS['lvis']) == [
+        osp.join(root, 'val2017', '000000000013.jpg')
+    ]
+    # an interrupted run has no manifest
+    os.remove(osp.join(root, MANIFEST))
+    assert 'did not finish' in missing_files(root, 'lvis',
+                                             **SMALL_OPTIONS['lvis'])[0]
 
 
 def test_toy_classes():
@@ -161,9 +204,8 @@ def test_toy_classes():
 
 
 def test_lvis_frequency_rule():
-    assert [lvis_frequency(n, 2, 6) for n in (1, 2, 3, 6, 7, 100)] == [
-        'r', 'r', 'c', 'c', 'f', 'f'
-    ]
+    assert [lvis_frequency(n, 2, 6)
+            for n in (1, 2, 3, 6, 7, 100)] == ['r', 'r', 'c', 'c', 'f', 'f']
     assert lvis_frequency_thresholds(24, 20) == (2, 7)
     for num_train, num_classes in ((3, 3), (10, 40), (24, 20), (400, 100)):
         rare_max, common_max = lvis_frequency_thresholds(
@@ -171,11 +213,16 @@ def test_lvis_frequency_rule():
         assert 1 <= rare_max < common_max < num_train
 
 
-def test_cli(tmp_path, capsys):
+def _cli():
     path = osp.join(REPO, 'tools', 'misc', 'generate_toy_data.py')
     spec = importlib.util.spec_from_file_location('gen_toy_cli', path)
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
+    return cli
+
+
+def test_cli(tmp_path, capsys):
+    cli = _cli()
     assert cli.main([
         'coco', 'cls', '--out-dir',
         str(tmp_path), '--num-train', '5', '--num-val', '2', '--num-classes',
@@ -193,19 +240,42 @@ def test_cli(tmp_path, capsys):
         cli.main(['voc', '--out-dir', str(tmp_path)])
 
 
+def test_cli_skip_complete(tmp_path, capsys):
+    cli = _cli()
+    args = [
+        'lvis', '--out-dir',
+        str(tmp_path), '--num-train', '6', '--num-val', '2', '--num-classes',
+        '5', '--skip-complete'
+    ]
+    assert cli.main(args) == 0
+    assert 'lvis val: 2/2 images' in capsys.readouterr().out
+    assert cli.main(args) == 0
+    assert 'is complete, kept' in capsys.readouterr().out
+    lost = tmp_path / 'toy_lvis' / 'train2017' / '000000000002.jpg'
+    lost.unlink()
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert 'is incomplete' in out and str(lost) in out
+    assert lost.is_file()
+
+
 def test_import_mmact_does_not_import_testing():
     code = ('import sys, mmact; '
             'sys.exit(int("mmact.testing" in sys.modules))')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [osp.dirname(osp.dirname(sys.modules['mmact'].__file__))] +
-        [p for p in [os.environ.get('PYTHONPATH')] if p]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [osp.dirname(osp.dirname(sys.modules['mmact'].__file__))] +
+            [p for p in [os.environ.get('PYTHONPATH')] if p]))
     subprocess.run([sys.executable, '-c', code], check=True, env=env)
 
 
 # ---------------------------------------------------------------------------
 # exact annotations
 # ---------------------------------------------------------------------------
-def _check_exact(ann_file: str, img_dir_fn, label_of: Dict[int, int],
+def _check_exact(ann_file: str,
+                 img_dir_fn,
+                 label_of: Dict[int, int],
                  with_segm: bool = True) -> int:
     """Masks/bboxes/areas agree with each other and with the pixels."""
     coco = COCO(ann_file)
@@ -213,8 +283,8 @@ def _check_exact(ann_file: str, img_dir_fn, label_of: Dict[int, int],
     for img_id in coco.getImgIds():
         info = coco.loadImgs([img_id])[0]
         img = cv2.imread(img_dir_fn(info))
-        assert img is not None and img.shape == (info['height'],
-                                                 info['width'], 3)
+        assert img is not None and img.shape == (info['height'], info['width'],
+                                                 3)
         anns = coco.loadAnns(coco.getAnnIds(imgIds=[img_id]))
         assert 1 <= len(anns) <= 4
         union = np.zeros(img.shape[:2], np.int32)
@@ -229,8 +299,7 @@ def _check_exact(ann_file: str, img_dir_fn, label_of: Dict[int, int],
             assert ann['bbox'] == _mask_extent(mask)
             union += mask
             # the shape is painted with the category colour over the mask
-            inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3),
-                                                             np.uint8))
+            inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8))
             if inner.sum() >= 4:
                 _, colour = category_appearance(label_of[ann['category_id']])
                 mean = img[inner.astype(bool)].reshape(-1, 3).mean(axis=0)
@@ -245,8 +314,8 @@ def test_coco_exact(coco_root):
         ann_file = osp.join(coco_root,
                             f'annotations/instances_{split}2017.json')
         data = _load(ann_file)
-        assert [c['id'] for c in data['categories']
-                ] == list(COCO_CATEGORY_IDS[:8])
+        assert [c['id']
+                for c in data['categories']] == list(COCO_CATEGORY_IDS[:8])
         assert tuple(c['name'] for c in data['categories']) == names
         assert data['categories'][0]['supercategory'] == 'person'
         assert len(data['images']) == (16 if split == 'train' else 8)
@@ -254,10 +323,12 @@ def test_coco_exact(coco_root):
         assert {a['category_id']
                 for a in data['annotations']} == set(COCO_CATEGORY_IDS[:8])
         n = _check_exact(
-            ann_file, lambda i, s=split: osp.join(coco_root, f'{s}2017',
-                                                  i['file_name']),
-            {cid: k
-             for k, cid in enumerate(COCO_CATEGORY_IDS)})
+            ann_file,
+            lambda i, s=split: osp.join(coco_root, f'{s}2017', i['file_name']),
+            {
+                cid: k
+                for k, cid in enumerate(COCO_CATEGORY_IDS)
+            })
         assert n == len(data['annotations'])
 
 
@@ -272,9 +343,8 @@ def test_v3det_o365_files(v3det_root, o365_root):
                  'category_name_13204_v3det_2023_v1.txt')).read().split('\n')
     assert tuple(names[:-1]) == toy_classes('v3det', 8) and names[-1] == ''
     data = _load(osp.join(o365_root, 'annotations/zhiyuan_objv2_train.json'))
-    assert all(
-        i['file_name'].startswith('images/v2/patch0/objects365_v2_')
-        for i in data['images'])
+    assert all(i['file_name'].startswith('images/v2/patch0/objects365_v2_')
+               for i in data['images'])
     _check_exact(
         osp.join(o365_root, 'annotations/zhiyuan_objv2_train.json'),
         lambda i: osp.join(o365_root, 'train', 'patch0',
@@ -282,12 +352,14 @@ def test_v3det_o365_files(v3det_root, o365_root):
 
 
 def test_segm_option(tmp_path):
-    root = generate_objects365(str(tmp_path), with_segm=True, **SMALL)
+    root = generate_toy_data(
+        'objects365', str(tmp_path), with_segm=True, **SMALL)
     _check_exact(
-        osp.join(root, 'annotations/zhiyuan_objv2_val.json'),
-        lambda i: osp.join(root, 'val', 'patch0', osp.basename(i['file_name'])
-                           ), {k + 1: k
-                               for k in range(5)})
+        osp.join(root,
+                 'annotations/zhiyuan_objv2_val.json'), lambda i: osp.join(
+                     root, 'val', 'patch0', osp.basename(i['file_name'])),
+        {k + 1: k
+         for k in range(5)})
 
 
 # ---------------------------------------------------------------------------
@@ -337,15 +409,14 @@ def test_lvis_long_tail(lvis_root):
             assert present
             assert not set(img['neg_category_ids']) & present
             assert set(img['not_exhaustive_category_ids']) <= present
-            rel = img['coco_url'].replace('http://images.cocodataset.org/',
-                                          '')
+            rel = img['coco_url'].replace('http://images.cocodataset.org/', '')
             assert osp.isfile(osp.join(lvis_root, rel))
     assert any(i['neg_category_ids'] for i in train.dataset['images'])
     assert any(i['not_exhaustive_category_ids']
                for i in train.dataset['images'])
     # val covers all categories
-    assert {a['category_id'] for a in val.dataset['annotations']
-            } == set(range(1, 21))
+    assert {a['category_id']
+            for a in val.dataset['annotations']} == set(range(1, 21))
 
 
 def test_lvis_exact_and_lvis_eval(lvis_root):
@@ -358,8 +429,9 @@ def test_lvis_exact_and_lvis_eval(lvis_root):
     _check_exact(
         ann_file, lambda i: osp.join(
             lvis_root, i['coco_url'].replace('http://images.cocodataset.org/',
-                                             '')), {k + 1: k
-                                                    for k in range(20)})
+                                             '')),
+        {k + 1: k
+         for k in range(20)})
     assert patch_lvis_numpy()
     gt = LVIS(ann_file)
     for iou_type in ('bbox', 'segm'):
@@ -412,8 +484,8 @@ def _check_mmdet_dataset(cfg, root: str, ann_file: str, with_mask: bool,
 
 def test_mmdet_coco_dataset(coco_root):
     cfg = _mmdet_config('_base_/datasets/coco_instance.py')
-    for loader, split in ((cfg.train_dataloader, 'train'),
-                          (cfg.val_dataloader, 'val')):
+    for loader, split in ((cfg.train_dataloader, 'train'), (cfg.val_dataloader,
+                                                            'val')):
         _check_mmdet_dataset(
             loader.dataset, coco_root,
             osp.join(coco_root, f'annotations/instances_{split}2017.json'),
@@ -423,8 +495,8 @@ def test_mmdet_coco_dataset(coco_root):
 def test_mmdet_lvis_dataset(lvis_root):
     cfg = _mmdet_config('_base_/datasets/lvis_v1_instance.py')
     assert cfg.train_dataloader.dataset.type == 'ClassBalancedDataset'
-    for loader, split in ((cfg.train_dataloader, 'train'),
-                          (cfg.val_dataloader, 'val')):
+    for loader, split in ((cfg.train_dataloader, 'train'), (cfg.val_dataloader,
+                                                            'val')):
         _check_mmdet_dataset(
             loader.dataset, lvis_root,
             osp.join(lvis_root, f'annotations/lvis_v1_{split}.json'), True,
@@ -433,8 +505,8 @@ def test_mmdet_lvis_dataset(lvis_root):
 
 def test_mmdet_v3det_o365_datasets(v3det_root, o365_root):
     cfg = _mmdet_config('_base_/datasets/v3det.py')
-    for loader, split in ((cfg.train_dataloader, 'train'),
-                          (cfg.val_dataloader, 'val')):
+    for loader, split in ((cfg.train_dataloader, 'train'), (cfg.val_dataloader,
+                                                            'val')):
         dataset = _check_mmdet_dataset(
             loader.dataset, v3det_root,
             osp.join(v3det_root, f'annotations/v3det_2023_v1_{split}.json'),
@@ -442,8 +514,8 @@ def test_mmdet_v3det_o365_datasets(v3det_root, o365_root):
         inner = dataset.dataset if hasattr(dataset, 'dataset') else dataset
         assert inner.metainfo['classes'] == toy_classes('v3det', 8)
     cfg = _mmdet_config('_base_/datasets/objects365v2_detection.py')
-    for loader, split in ((cfg.train_dataloader, 'train'),
-                          (cfg.val_dataloader, 'val')):
+    for loader, split in ((cfg.train_dataloader, 'train'), (cfg.val_dataloader,
+                                                            'val')):
         _check_mmdet_dataset(
             loader.dataset, o365_root,
             osp.join(o365_root, f'annotations/zhiyuan_objv2_{split}.json'),
@@ -459,8 +531,7 @@ def test_coco_metric_perfect(fmt, coco_root, v3det_root, o365_root):
                  'annotations/instances_val2017.json'),
         'v3det': (v3det_root, '_base_/datasets/v3det.py',
                   'annotations/v3det_2023_v1_val.json'),
-        'objects365': (o365_root,
-                       '_base_/datasets/objects365v2_detection.py',
+        'objects365': (o365_root, '_base_/datasets/objects365v2_detection.py',
                        'annotations/zhiyuan_objv2_val.json'),
     }[fmt]
     cfg = _mmdet_config(cfg_file)
@@ -533,9 +604,14 @@ def test_mmpretrain_long_tail(cls_root):
 
 
 def test_classification_imbalance_option(tmp_path):
-    root = generate_classification(
-        str(tmp_path), num_classes=5, imbalance=4, max_per_class=8,
-        num_val_per_class=1, image_size=(24, 20))
+    root = generate_toy_data(
+        'cls',
+        str(tmp_path),
+        num_classes=5,
+        imbalance=4,
+        max_per_class=8,
+        num_val_per_class=1,
+        image_size=(24, 20))
     lines = open(osp.join(root, 'meta/train.txt')).read().splitlines()
     counts = Counter(int(line.rsplit(' ', 1)[1]) for line in lines)
     assert [counts[k] for k in range(5)] == [8, 6, 4, 3, 2]
