@@ -3,13 +3,12 @@
 # Backbone from configs/imagenet/apase-aglu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py',
-    '../_base_/models/apase-aglu_resnet50.py',
-    '../_base_/activation_nodecay.py',
+    '../_base_/models/apase-aglu_resnet.py',
 ]
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(backbone=dict(_base_.apase_aglu_r50_det, _delete_=True))
-optim_wrapper = dict(paramwise_cfg=_base_.act_paramwise_cfg)
+optim_wrapper = dict(constructor='ActivationOptimWrapperConstructor')
 
 # 2x schedule (mmdet's schedule_2x)
 max_epochs = 24

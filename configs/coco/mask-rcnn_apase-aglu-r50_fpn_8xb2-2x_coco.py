@@ -3,8 +3,7 @@
 # Backbone from configs/imagenet/apase-aglu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     './mask-rcnn_se-relu-r50_fpn_8xb2-2x_coco.py',
-    '../_base_/models/apase-aglu_resnet50.py',
+    '../_base_/models/apase-aglu_resnet.py',
 ]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(backbone=dict(_base_.apase_aglu_r50_det, _delete_=True))

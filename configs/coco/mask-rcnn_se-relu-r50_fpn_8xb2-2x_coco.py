@@ -3,10 +3,9 @@
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     'mmdet::mask_rcnn/mask-rcnn_r50_fpn_2x_coco.py',
-    '../_base_/models/se-relu_resnet50.py',
-    '../_base_/activation_nodecay.py',
+    '../_base_/models/se-relu_resnet.py',
 ]
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(backbone=dict(_base_.se_relu_r50_det, _delete_=True))
-optim_wrapper = dict(paramwise_cfg=_base_.act_paramwise_cfg)
+optim_wrapper = dict(constructor='ActivationOptimWrapperConstructor')

@@ -2,9 +2,8 @@
 # Paper (Table VI-a): 80.3 top-1 (SE-R101 79.4).
 _base_ = [
     './se-relu-r50_8xb32-coslr-100e_in1k.py',
-    '../_base_/models/apase-aglu_resnet101.py',
+    '../_base_/models/apase-aglu_resnet.py',
 ]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(

@@ -4,9 +4,8 @@
 # Paper (Table VI-a): 78.7 top-1 (SE-R50 77.5).
 _base_ = [
     './se-relu-r50_8xb32-coslr-100e_in1k.py',
-    '../_base_/models/apase-aglu_resnet50.py',
+    '../_base_/models/apase-aglu_resnet.py',
 ]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(

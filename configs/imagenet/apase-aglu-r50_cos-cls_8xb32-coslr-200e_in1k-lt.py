@@ -5,8 +5,7 @@
 # SE-R50, both with PC-Softmax (see the baseline config).
 _base_ = [
     './se-relu-r50_cos-cls_8xb32-coslr-200e_in1k-lt.py',
-    '../_base_/models/apase-aglu_resnet50.py',
+    '../_base_/models/apase-aglu_resnet.py',
 ]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(backbone=dict(_base_.apase_aglu_r50_cls, _delete_=True))

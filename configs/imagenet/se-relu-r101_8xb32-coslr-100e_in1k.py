@@ -1,9 +1,5 @@
 # SE-ResNet-101 (ReLU) on ImageNet-1k, recipe of paper 000, Sec. VI-A.
 # Paper (Table VI-a): 79.4 top-1.
-_base_ = [
-    './se-relu-r50_8xb32-coslr-100e_in1k.py',
-    '../_base_/models/se-relu_resnet101.py',
-]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
+_base_ = './se-relu-r50_8xb32-coslr-100e_in1k.py'
 
 model = dict(backbone=dict(_base_.se_relu_r101_cls, _delete_=True))

@@ -13,8 +13,7 @@ _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_autoaug.py',
     'mmpretrain::_base_/schedules/imagenet_bs256_coslr.py',
     'mmpretrain::_base_/default_runtime.py',
-    '../_base_/models/se-relu_resnet50.py',
-    '../_base_/activation_nodecay.py',
+    '../_base_/models/se-relu_resnet.py',
 ]
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
@@ -46,7 +45,7 @@ test_dataloader = val_dataloader
 optim_wrapper = dict(
     optimizer=dict(
         type='SGD', lr=0.256, momentum=0.875, weight_decay=6.103515625e-05),
-    paramwise_cfg=_base_.act_paramwise_cfg)
+    constructor='ActivationOptimWrapperConstructor')
 # 3 warm-up epochs from lr x 0.01 (torchvision-style `--lr-warmup-epochs 3`,
 # here per iteration), then cosine to 0 over the remaining 97 epochs
 param_scheduler = [

@@ -11,26 +11,22 @@
 # Recognition in an Open World") in data/imagenet/meta/, their paths relative
 # to data/imagenet/ (train/<wnid>/<file>.JPEG, val/<wnid>/<file>.JPEG).
 _base_ = './se-relu-r50_8xb32-coslr-100e_in1k.py'
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 train_ann_file = 'data/imagenet/meta/ImageNet_LT_train.txt'
 model = dict(
     head=dict(
         _delete_=True,
-        # Predictions (val/test) from logits - log(training prior); training
-        # and the checkpoint keys are those of the inner head.
-        type='PCSoftmaxHead',
+        # Cosine classifier: scale * cos(feature, class weight); ArcFace with
+        # zero margin is exactly that. PC-Softmax: predictions (val/test) from
+        # logits - log(training prior); training and the checkpoint keys are
+        # those of ArcFaceClsHead.
+        type='PCSoftmaxArcFaceClsHead',
         train_ann_file=train_ann_file,
-        head=dict(
-            # Cosine classifier: scale * cos(feature, class weight); ArcFace
-            # with zero margin is exactly that.
-            type='ArcFaceClsHead',
-            num_classes=1000,
-            in_channels=2048,
-            scale=16.0,
-            margins=0.0,
-            loss=dict(
-                type='CrossEntropyLoss', loss_weight=1.0, use_soft=True))))
+        num_classes=1000,
+        in_channels=2048,
+        scale=16.0,
+        margins=0.0,
+        loss=dict(type='CrossEntropyLoss', loss_weight=1.0, use_soft=True)))
 
 train_dataloader = dict(
     dataset=dict(

@@ -4,4 +4,3 @@
 #   tools/dist_train.sh configs/lvis/apa_mrcnn_r50.py 8
 # trains the paper's main LVIS model into work_dirs/apa_mrcnn_r50/.
 _base_ = './mask-rcnn_apase-aglu-r50_fpn_gol-normmask_8xb2-rfs-ms-2x_lvis-v1.py'
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)

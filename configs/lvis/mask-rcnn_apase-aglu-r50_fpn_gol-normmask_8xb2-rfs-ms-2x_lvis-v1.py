@@ -5,8 +5,7 @@
 # Short name: configs/lvis/apa_mrcnn_r50.py.
 _base_ = [
     './mask-rcnn_se-relu-r50_fpn_gol-normmask_8xb2-rfs-ms-2x_lvis-v1.py',
-    '../_base_/models/apase-aglu_resnet50.py',
+    '../_base_/models/apase-aglu_resnet.py',
 ]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(backbone=dict(_base_.apase_aglu_r50_det, _delete_=True))

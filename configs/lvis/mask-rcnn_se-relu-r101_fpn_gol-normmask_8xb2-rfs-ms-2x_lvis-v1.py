@@ -2,10 +2,6 @@
 # normalised mask, RFS, multi-scale 2x.
 # Paper 000, Table V: 29.7 mask AP / 30.0 box AP.
 # Backbone from configs/imagenet/se-relu-r101_8xb32-coslr-100e_in1k.py.
-_base_ = [
-    './mask-rcnn_se-relu-r50_fpn_gol-normmask_8xb2-rfs-ms-2x_lvis-v1.py',
-    '../_base_/models/se-relu_resnet101.py',
-]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
+_base_ = './mask-rcnn_se-relu-r50_fpn_gol-normmask_8xb2-rfs-ms-2x_lvis-v1.py'
 
 model = dict(backbone=dict(_base_.se_relu_r101_det, _delete_=True))

@@ -15,8 +15,7 @@
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     'mmdet::lvis/mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1.py',
-    '../_base_/models/se-relu_resnet50.py',
-    '../_base_/activation_nodecay.py',
+    '../_base_/models/se-relu_resnet.py',
 ]
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
@@ -68,5 +67,5 @@ param_scheduler = [
 # keep 1e-4 ("Norm Weight Decay 1e-4"; without norm_decay_mult mmengine would
 # zero the norm biases too); kappa / lambda train without decay.
 optim_wrapper = dict(
-    paramwise_cfg=dict(
-        _base_.act_paramwise_cfg, bias_decay_mult=0.0, norm_decay_mult=1.0))
+    constructor='ActivationOptimWrapperConstructor',
+    paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=1.0))

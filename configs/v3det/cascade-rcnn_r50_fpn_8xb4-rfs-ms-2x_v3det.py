@@ -6,8 +6,7 @@
 # Paper 000, Table IX-c: 31.6 box AP.
 _base_ = [
     'mmdet::v3det/cascade_rcnn_r50_fpn_8x4_sample1e-3_mstrain_v3det_2x.py',
-    '../_base_/activation_nodecay.py',
 ]
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
-optim_wrapper = dict(paramwise_cfg=_base_.act_paramwise_cfg)
+optim_wrapper = dict(constructor='ActivationOptimWrapperConstructor')

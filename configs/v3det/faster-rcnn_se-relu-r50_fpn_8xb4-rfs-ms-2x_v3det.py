@@ -3,8 +3,7 @@
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     './faster-rcnn_r50_fpn_8xb4-rfs-ms-2x_v3det.py',
-    '../_base_/models/se-relu_resnet50.py',
+    '../_base_/models/se-relu_resnet.py',
 ]
-custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(backbone=dict(_base_.se_relu_r50_det, _delete_=True))

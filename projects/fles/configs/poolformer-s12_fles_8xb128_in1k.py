@@ -57,20 +57,15 @@ val_dataloader = dict(batch_size=128)
 # The stock schedule already exempts norms, biases and all 1-D parameters
 # (PoolFormer's layer scales), as the DeiT/Swin recipe does. FleS stores the
 # biases of its two MLPs (vertical and horizontal) stacked, as 2-D tensors
-# `fc1_bias` (2, C/r) and `fc2_bias` (2, C), which those rules miss; they get
-# no decay here like every other bias (fc2_bias also holds the identity-safe
-# start value 0.6, which decay would pull towards 0). The MLP weights
-# `fc1_weight` / `fc2_weight` are decayed like any other linear weight.
-# `ind_gamma` / `ind_beta` exist only with indicator='softplus'.
-fles_paramwise_keys = {
-    '.fc1_bias': dict(decay_mult=0.0),
-    '.fc2_bias': dict(decay_mult=0.0),
-    '.ind_gamma': dict(decay_mult=0.0),
-    '.ind_beta': dict(decay_mult=0.0),
-}
+# `fc1_bias` (2, C/r) and `fc2_bias` (2, C), which those rules miss; FleS
+# declares them (and its indicator coefficients) in `no_decay_params`, and
+# ActivationOptimWrapperConstructor gives them no decay like every other
+# bias (fc2_bias also holds the identity-safe start value 0.6, which decay
+# would pull towards 0). The MLP weights `fc1_weight` / `fc2_weight` are
+# decayed like any other linear weight.
 optim_wrapper = dict(
+    constructor='ActivationOptimWrapperConstructor',
     optimizer=dict(lr=1e-3, weight_decay=0.05),
-    paramwise_cfg=dict(custom_keys=fles_paramwise_keys),
     clip_grad=dict(max_norm=5.0))
 
 warmup_epochs = 20

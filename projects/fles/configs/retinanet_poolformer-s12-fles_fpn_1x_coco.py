@@ -8,8 +8,6 @@
 # the FleS ImageNet checkpoint written by
 #   tools/dist_train.sh projects/fles/configs/poolformer-s12_fles_8xb128_in1k.py 8
 _base_ = './retinanet_poolformer-s12_fpn_1x_coco.py'
-custom_imports = dict(
-    imports=['mmact', 'mmpretrain.models'], allow_failed_imports=False)
 
 fles_checkpoint = 'work_dirs/poolformer-s12_fles_8xb128_in1k/epoch_310.pth'
 # Window (h, w) in feature-map pixels of every stage; a window larger than a
@@ -38,13 +36,7 @@ model = dict(
                 prefix='backbone.'))))
 
 # FleS MLP biases are stored stacked as 2-D tensors, which bias_decay_mult /
-# flat_decay_mult do not catch: exempt them by name (same policy as the
-# ImageNet config; the MLP weights are decayed like other linear weights).
-optim_wrapper = dict(
-    paramwise_cfg=dict(
-        custom_keys={
-            '.fc1_bias': dict(decay_mult=0.0),
-            '.fc2_bias': dict(decay_mult=0.0),
-            '.ind_gamma': dict(decay_mult=0.0),
-            '.ind_beta': dict(decay_mult=0.0),
-        }))
+# flat_decay_mult do not catch: the constructor exempts what FleS declares in
+# `no_decay_params` (same policy as the ImageNet config; the MLP weights are
+# decayed like other linear weights).
+optim_wrapper = dict(constructor='ActivationOptimWrapperConstructor')
