@@ -150,9 +150,9 @@ def old_style(optim_wrapper: dict, keys) -> dict:
 
 
 @pytest.mark.parametrize('config, keys', [
-    ('configs/imagenet/apase-aglu-r50_cos-cls_8xb32-coslr-200e_in1k-lt.py',
-     APA_KEYS),
-    ('configs/coco/mask-rcnn_apase-aglu-r50_fpn_8xb2-2x_coco.py', APA_KEYS),
+    ('configs/imagenet/apase-aglu-r50_8xb32-coslr-100e_in1k.py', APA_KEYS),
+    # with bias_decay_mult and norm_decay_mult
+    ('configs/lvis/apa_mrcnn_r50.py', APA_KEYS),
     ('projects/fles/configs/poolformer-s12_fles_8xb128_in1k.py', FLES_KEYS),
 ])
 def test_same_param_groups_as_the_old_custom_keys(config, keys):
