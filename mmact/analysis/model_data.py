@@ -19,8 +19,9 @@ from mmengine.fileio import load
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 
-from mmact.evaluation.metrics.shot_accuracy import SHOT_GROUPS, shot_groups
-from mmact.models.losses.class_frequency import unwrap_datasets
+from mmact.datasets.class_counts import (SHOT_GROUPS,
+                                         image_counts_from_dataset,
+                                         shot_groups, unwrap_datasets)
 from mmact.utils.preflight import check_checkpoint, check_data_paths
 
 __all__ = [
@@ -147,28 +148,15 @@ def _lvis_groups(dataset) -> Optional[List[str]]:
     return [_LVIS_CODES[code] for code in codes]
 
 
-def _training_counts(cfg: Config, num_classes: int) -> Optional[np.ndarray]:
+def _training_counts(cfg: Config) -> Optional[List[int]]:
     """Samples per class in the config's training set (images per class for
     detection)."""
     if cfg.get('train_dataloader') is None:
         return None
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     from mmengine.registry import DATASETS
-    counts = np.zeros(num_classes, dtype=np.int64)
-    for leaf in unwrap_datasets(
-            DATASETS.build(copy.deepcopy(cfg.train_dataloader.dataset))):
-        for index in range(len(leaf)):
-            info = leaf.get_data_info(index)
-            if 'gt_label' in info:
-                labels = np.atleast_1d(info['gt_label'])
-            else:
-                labels = [
-                    inst['bbox_label'] for inst in info.get('instances', [])
-                    if not inst.get('ignore_flag', 0)
-                ]
-            for label in set(int(v) for v in labels):
-                counts[label] += 1
-    return counts
+    dataset = DATASETS.build(copy.deepcopy(cfg.train_dataloader.dataset))
+    return image_counts_from_dataset(dataset, source='count')[0]
 
 
 def class_groups(cfg: Config,
@@ -199,8 +187,7 @@ def class_groups(cfg: Config,
     groups = _lvis_groups(leaves[0])
     if groups is not None:
         return groups, LVIS_GROUPS
-    num_classes = len(dataset.metainfo['classes'])
-    counts = _training_counts(cfg, num_classes)
+    counts = _training_counts(cfg)
     if counts is None:
         return None, ()
     return shot_groups(counts, many_threshold, few_threshold), SHOT_GROUPS

@@ -1,3 +1,3 @@
-from .metrics import ShotAccuracy, class_counts_from_ann_file, shot_groups
+from .metrics import ShotAccuracy
 
-__all__ = ['ShotAccuracy', 'class_counts_from_ann_file', 'shot_groups']
+__all__ = ['ShotAccuracy']

@@ -1,3 +1,3 @@
-from . import activations, backbones, heads, layers, losses  # noqa: F401
+from . import activations, backbones, heads, layers, losses, utils  # noqa: F401
 
-__all__ = ['activations', 'backbones', 'heads', 'layers', 'losses']
+__all__ = ['activations', 'backbones', 'heads', 'layers', 'losses', 'utils']

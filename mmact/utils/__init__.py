@@ -2,10 +2,8 @@ from .compat import (allow_mmengine_checkpoint_globals, check_mmcv,
                      patch_lvis_numpy)
 from .dist import setup_cpu_distributed
 from .param_groups import activation_paramwise_cfg
-from .swap import swap_activations, untie_activations
 
 __all__ = [
     'allow_mmengine_checkpoint_globals', 'check_mmcv', 'patch_lvis_numpy',
-    'setup_cpu_distributed', 'activation_paramwise_cfg', 'swap_activations',
-    'untie_activations'
+    'setup_cpu_distributed', 'activation_paramwise_cfg'
 ]

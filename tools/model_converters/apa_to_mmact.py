@@ -7,18 +7,330 @@ Usage::
 Classification checkpoints (``{'model': ...}``) become mmpretrain
 ``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``); detector files of
 the reference mmdet fork keep their neck/head keys. The inferred backbone
-config is printed; use it in the mmact config. Logic:
-:mod:`mmact.utils.ckpt_convert`.
+config is printed; use it in the mmact config.
+
+Reference layouts handled:
+
+- classification: ``{'model': state_dict, 'optimizer': ..., 'epoch': ...}``
+  with keys ``conv1``, ``bn1``, ``relu.{lambda,kappa}_param`` (stem AGLU),
+  ``layer{i}.{j}.conv{1,2,3}``, ``bn{1,2,3}``, ``unirect{1,2,3}.*`` (AGLU per
+  position), ``downsample.{0,1}``, ``se.norm``, ``se.excitation.{0,2}``,
+  ``se.uniact.*`` (APA gate) and the classifier ``fc.*``;
+- its mmdet-fork detector / backbone files: ``{'state_dict': ...}`` whose
+  backbone keys carry the ``backbone.`` prefix.
+
+Mapping to :class:`mmact.models.backbones.ActResNet`: ``unirect{k}`` ->
+``act{k}``; ``se.norm`` -> ``attn.norm``; ``se.excitation.0`` -> ``attn.fc1``;
+``se.excitation.2`` -> ``attn.fc2``; ``se.uniact`` -> ``attn.gate``; ``fc`` ->
+``head.fc`` (mmpretrain ``LinearClsHead``); everything else keeps its name.
+Every source key is either mapped, passed through (non-backbone detector keys:
+neck / RPN / RoI heads keep their mmdet names) or explicitly dropped, and the
+backbone result is checked against the key set of the inferred ``ActResNet``
+config, so it loads with ``strict=True``.
 """
 import argparse
+import re
 import sys
+from collections import OrderedDict
 from pathlib import Path
+from typing import Dict, Iterable, List, Tuple
 
 import torch
 
+# Run from a checkout: mmact is imported for the key check.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mmact.utils.ckpt_convert import convert_apa_checkpoint  # noqa: E402
+CONVERTER = 'tools/model_converters/apa_to_mmact.py'
+
+_BN = r'(weight|bias|running_mean|running_var|num_batches_tracked)'
+_ACT = r'(lambda_param|kappa_param)'
+# (source pattern, target template) for backbone-relative keys.
+_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
+    (r'^conv1\.weight$', r'conv1.weight'),
+    (rf'^bn1\.{_BN}$', r'bn1.\1'),
+    (rf'^relu\.{_ACT}$', r'relu.\1'),
+    (r'^layer(\d+)\.(\d+)\.conv([123])\.weight$', r'layer\1.\2.conv\3.weight'),
+    (rf'^layer(\d+)\.(\d+)\.bn([123])\.{_BN}$', r'layer\1.\2.bn\3.\4'),
+    (rf'^layer(\d+)\.(\d+)\.unirect([123])\.{_ACT}$', r'layer\1.\2.act\3.\4'),
+    (r'^layer(\d+)\.(\d+)\.downsample\.([01])\.' + _BN + '$',
+     r'layer\1.\2.downsample.\3.\4'),
+    (r'^layer(\d+)\.(\d+)\.se\.norm\.(weight|bias)$',
+     r'layer\1.\2.attn.norm.\3'),
+    (r'^layer(\d+)\.(\d+)\.se\.excitation\.0\.(weight|bias)$',
+     r'layer\1.\2.attn.fc1.\3'),
+    (r'^layer(\d+)\.(\d+)\.se\.excitation\.2\.(weight|bias)$',
+     r'layer\1.\2.attn.fc2.\3'),
+    (rf'^layer(\d+)\.(\d+)\.se\.uniact\.{_ACT}$', r'layer\1.\2.attn.gate.\3'),
+]]
+_DEPTHS = {
+    ((2, 2, 2, 2), False): 18,
+    ((3, 4, 6, 3), False): 34,
+    ((3, 4, 6, 3), True): 50,
+    ((3, 4, 23, 3), True): 101,
+    ((3, 8, 36, 3), True): 152,
+}
+
+
+def _preview(keys: Iterable[str], n: int = 8) -> str:
+    keys = sorted(keys)
+    more = f' ... (+{len(keys) - n} more)' if len(keys) > n else ''
+    return ', '.join(keys[:n]) + more
+
+
+def _split_blocks(keys: Iterable[str]) -> Tuple[int, ...]:
+    blocks: Dict[int, set] = {}
+    for key in keys:
+        match = re.match(r'^layer(\d+)\.(\d+)\.', key)
+        if match:
+            blocks.setdefault(int(match[1]), set()).add(int(match[2]))
+    return tuple(len(blocks[i]) for i in sorted(blocks))
+
+
+def infer_backbone_config(state_dict: Dict[str, torch.Tensor]) -> dict:
+    """Infer the ``ActResNet`` / ``ActResNeXt`` config of a reference backbone.
+
+    Args:
+        state_dict (dict): Backbone-relative reference keys (no prefix).
+
+    Returns:
+        dict: Backbone config (``type``, ``depth``, ``act_cfg``,
+        ``attention_cfg``, and ``groups``/``width_per_group`` for ResNeXt).
+
+    Raises:
+        ValueError: The keys do not describe a ResNet the backbones support.
+    """
+    if 'conv1.weight' not in state_dict or \
+            'layer1.0.conv1.weight' not in state_dict:
+        raise ValueError(
+            'not a reference (SE-)ResNet checkpoint: expected keys '
+            "'conv1.weight' and 'layer1.0.conv1.weight', found "
+            f'{_preview(state_dict)}')
+    stage_blocks = _split_blocks(state_dict)
+    bottleneck = 'layer1.0.conv3.weight' in state_dict
+    depth = _DEPTHS.get((stage_blocks, bottleneck))
+    if depth is None:
+        raise ValueError(f'blocks per stage {stage_blocks} (bottleneck='
+                         f'{bottleneck}) match no supported ResNet depth '
+                         f'{sorted(set(_DEPTHS.values()))}')
+    cfg: dict = dict(type='ActResNet', depth=depth)
+    conv2 = state_dict['layer1.0.conv2.weight']
+    groups = conv2.shape[0] // conv2.shape[1]
+    if groups > 1:
+        cfg.update(
+            type='ActResNeXt',
+            groups=groups,
+            width_per_group=conv2.shape[0] // groups)
+
+    positions = 3 if bottleneck else 2
+    act_keys = [k for k in state_dict if '.unirect' in k]
+    if act_keys:
+        shapes = {state_dict[k].numel() for k in act_keys}
+        if shapes != {1}:
+            raise ValueError('per-channel activation parameters (sizes '
+                             f'{sorted(shapes)}) are not supported by the '
+                             'converter; ActResNet shares one act_cfg')
+        if 'relu.kappa_param' not in state_dict:
+            raise ValueError('blocks use learnable activations (unirect*) but '
+                             'the stem has none (relu.kappa_param); ActResNet '
+                             'uses one act_cfg for stem and blocks')
+        num_blocks = sum(stage_blocks)
+        if len(act_keys) != 2 * positions * num_blocks:
+            raise ValueError(f'expected {positions} learnable activations in '
+                             f'each of the {num_blocks} blocks, found '
+                             f'{len(act_keys) // 2}')
+        # unirect = "unified rectifier", the reference name of AGLU.
+        cfg['act_cfg'] = dict(type='AGLU')
+    elif 'relu.kappa_param' in state_dict:
+        raise ValueError('the stem has a learnable activation but the blocks '
+                         'have none; ActResNet uses one act_cfg for both')
+
+    se_keys = [k for k in state_dict if '.se.excitation.0.weight' in k]
+    if se_keys:
+        if len(se_keys) != sum(stage_blocks):
+            raise ValueError(f'attention found in {len(se_keys)} of '
+                             f'{sum(stage_blocks)} blocks; ActResNet puts it '
+                             'in every block')
+        weight = state_dict['layer1.0.se.excitation.0.weight']
+        ratio = weight.shape[1] // weight.shape[0]
+        use_norm = 'layer1.0.se.norm.weight' in state_dict
+        bias = 'layer1.0.se.excitation.0.bias' in state_dict
+        apa_gate = 'layer1.0.se.uniact.kappa_param' in state_dict
+        if not apa_gate and not use_norm and bias:
+            attention = dict(type='SEAttention', ratio=ratio)
+        else:
+            attention = dict(
+                type='APASELayer',
+                ratio=ratio,
+                bias=bias,
+                use_norm=use_norm,
+                # Dropout has no parameters; 0.1 is the paper's APA* value.
+                dropout=0.1 if (apa_gate and use_norm) else 0.0,
+                gate_cfg=dict(type='APA') if apa_gate else dict(
+                    type='Sigmoid'))
+        cfg['attention_cfg'] = attention
+    return cfg
+
+
+def expected_backbone_keys(cfg: dict) -> Dict[str, torch.Size]:
+    """State-dict keys and shapes of the backbone ``cfg`` builds.
+
+    Built on the CPU (upstream's constructor calls ``.item()``, which the
+    ``meta`` device does not support); ResNet-152 takes a few seconds.
+
+    Args:
+        cfg (dict): Output of :func:`infer_backbone_config`.
+
+    Returns:
+        dict: ``{key: shape}``.
+    """
+    from mmact.models.backbones import act_resnet
+    cfg = dict(cfg)
+    cls = getattr(act_resnet, cfg.pop('type'))
+    model = cls(**cfg)
+    return {k: v.shape for k, v in model.state_dict().items()}
+
+
+def convert_apa_backbone(
+        state_dict: Dict[str, torch.Tensor],
+        validate: bool = True
+) -> Tuple['OrderedDict[str, torch.Tensor]', dict]:
+    """Convert backbone-relative reference keys to ActResNet keys.
+
+    Args:
+        state_dict (dict): Reference backbone weights (no prefix, no ``fc``).
+        validate (bool): Compare with the inferred model's keys and shapes
+            (needs mmpretrain and the activation types). Defaults to True.
+
+    Returns:
+        tuple: Converted state dict and the inferred backbone config.
+
+    Raises:
+        ValueError: Unmapped source keys, or missing / extra / misshaped
+            target keys (each listed).
+    """
+    cfg = infer_backbone_config(state_dict)
+    out: 'OrderedDict[str, torch.Tensor]' = OrderedDict()
+    unmapped = []
+    for key, value in state_dict.items():
+        for pattern, template in _RULES:
+            if pattern.match(key):
+                out[pattern.sub(template, key)] = value
+                break
+        else:
+            unmapped.append(key)
+    if unmapped:
+        raise ValueError(f'{len(unmapped)} backbone keys match no conversion '
+                         f'rule (another architecture?): {_preview(unmapped)}')
+    if not validate:
+        return out, cfg
+    expected = expected_backbone_keys(cfg)
+    for key, shape in expected.items():
+        # Older torch versions saved no BN step counters; they are unused
+        # with momentum-based BN, so a zero counter is exact.
+        if key not in out and key.endswith('num_batches_tracked'):
+            out[key] = torch.tensor(0, dtype=torch.long)
+    missing = sorted(set(expected) - set(out))
+    extra = sorted(set(out) - set(expected))
+    if missing or extra:
+        raise ValueError(f'converted keys do not match {cfg}: missing '
+                         f'{_preview(missing)}; unexpected {_preview(extra)}')
+    bad = []
+    for key, shape in expected.items():
+        value = out[key]
+        if value.shape != shape:
+            if value.numel() == shape.numel():
+                # Scalar activation parameters are () or (1,) depending on
+                # the implementation; 1x1 conv excitation weights -> linear.
+                out[key] = value.reshape(shape)
+            else:
+                bad.append(f'{key}: {tuple(value.shape)} vs {tuple(shape)}')
+    if bad:
+        raise ValueError(f'shape mismatch for {cfg}: {bad[:8]}')
+    return out, cfg
+
+
+def convert_apa_checkpoint(checkpoint: dict,
+                           backbone_only: bool = False,
+                           validate: bool = True) -> Tuple[dict, dict]:
+    """Convert a reference classification or detection checkpoint.
+
+    Args:
+        checkpoint (dict): Loaded reference checkpoint.
+        backbone_only (bool): Drop the classifier / detector heads and save
+            the backbone with the ``backbone.`` prefix only. Defaults to False.
+        validate (bool): See :func:`convert_apa_backbone`.
+
+    Returns:
+        tuple: ``({'state_dict': ..., 'meta': {...}}, report)`` where report
+        lists ``layout``, ``backbone_cfg``, ``dropped`` and ``passed_through``
+        keys.
+
+    Raises:
+        ValueError: Unknown layout or keys (see :func:`convert_apa_backbone`).
+    """
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f'expected a dict checkpoint, got '
+                         f'{type(checkpoint).__name__}')
+    dropped: List[str] = []
+    if 'state_dict' in checkpoint:
+        container = 'state_dict'
+    elif 'model' in checkpoint and isinstance(checkpoint['model'], dict):
+        container = 'model'
+    elif checkpoint and all(
+            isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        container = None
+    else:
+        raise ValueError("no 'model' or 'state_dict' entry and not a flat "
+                         f'state dict; top-level keys: {_preview(checkpoint)}')
+    if container is None:
+        source = dict(checkpoint)
+    else:
+        source = dict(checkpoint[container])
+        # Optimiser state, epoch counters, args, EMA copies, ... do not
+        # belong to the weights being converted.
+        dropped += [f'<top-level> {k}' for k in checkpoint if k != container]
+    if source and all(k.startswith('module.') for k in source):
+        source = {k[len('module.'):]: v for k, v in source.items()}
+
+    passed: List[str] = []
+    out: 'OrderedDict[str, torch.Tensor]' = OrderedDict()
+    if any(k.startswith('backbone.') for k in source):
+        layout = 'detector'
+        backbone = {
+            k[len('backbone.'):]: v
+            for k, v in source.items() if k.startswith('backbone.')
+        }
+        rest = {
+            k: v
+            for k, v in source.items() if not k.startswith('backbone.')
+        }
+    else:
+        layout = 'classification'
+        backbone = {
+            k: v
+            for k, v in source.items() if not re.match(r'^fc\.', k)
+        }
+        rest = {k: v for k, v in source.items() if re.match(r'^fc\.', k)}
+    converted, cfg = convert_apa_backbone(backbone, validate=validate)
+    out.update((f'backbone.{k}', v) for k, v in converted.items())
+    for key, value in rest.items():
+        if backbone_only:
+            dropped.append(key)
+        elif layout == 'classification':
+            out[f'head.{key}'] = value  # mmpretrain LinearClsHead.fc
+        else:
+            out[key] = value  # neck / heads: mmdet names are unchanged
+            passed.append(key)
+    meta = dict(
+        converted_by='mmact ' + CONVERTER, layout=layout, backbone_cfg=cfg)
+    report = dict(
+        layout=layout,
+        backbone_cfg=cfg,
+        dropped=dropped,
+        passed_through=passed,
+        num_keys=len(out))
+    return dict(state_dict=out, meta=meta), report
+
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,6 +354,9 @@ def main(argv=None) -> None:
     """Convert ``src`` and save it to ``dst``."""
     args = parse_args(argv)
     import mmact  # noqa: F401  (registers the activations for validation)
+    # Reference checkpoints were written by another training script and may
+    # pickle any of its objects beside the weights (arguments, optimizer),
+    # which weights-only loading refuses: convert only files you trust.
     checkpoint = torch.load(args.src, map_location='cpu', weights_only=False)
     converted, report = convert_apa_checkpoint(
         checkpoint,

@@ -1,25 +1,24 @@
 """Hand the training set's class frequencies to frequency-aware losses.
 
 :class:`GOLFrequencyHook` is how :class:`mmact.models.losses.GOLLoss` gets its
-per-class image frequencies in a normal mmdet run (DESIGN §4): before training
-it reads them from ``runner.train_dataloader.dataset`` (through RFS / repeat /
-concat wrappers; LVIS ``image_count`` when the annotation file has it, else
-images counted per label) and sets them on every loss of the model that has a
-``set_class_image_counts`` method. Registered in ``mmdet.registry.HOOKS``
-(with mmdet absent, a root placeholder raises an ImportError naming mmdet).
+per-class image frequencies in a normal mmdet run: before training it reads
+them from ``runner.train_dataloader.dataset`` (through RFS / repeat / concat
+wrappers; LVIS ``image_count`` when the annotation file has it, else images
+counted per label) and sets them on every loss of the model that has a
+``set_class_image_counts`` method. Registered in ``mmdet.registry.HOOKS``.
 """
-import importlib.util
 from typing import List
 
 import torch.nn as nn
+from mmdet.registry import HOOKS
 from mmengine.hooks import Hook
-from mmengine.registry import HOOKS as ROOT_HOOKS
 
-from mmact.models.losses.class_frequency import image_counts_from_dataset
+from mmact.datasets.class_counts import image_counts_from_dataset
 
 __all__ = ['GOLFrequencyHook']
 
 
+@HOOKS.register_module()
 class GOLFrequencyHook(Hook):
     """Set per-class image frequencies from the training dataset.
 
@@ -86,15 +85,3 @@ class GOLFrequencyHook(Hook):
             f'annotated training images set on {len(targets)} loss(es)' +
             (f'; {int(rare.sum())} rare' if rare is not None else ''))
 
-
-if importlib.util.find_spec('mmdet') is not None:
-    from mmdet.registry import HOOKS as MMDET_HOOKS
-    MMDET_HOOKS.register_module(module=GOLFrequencyHook)
-else:
-
-    def _unavailable(*args, **kwargs):
-        raise ImportError('GOLFrequencyHook is part of mmact but needs '
-                          'mmdet>=3.0, which is not installed: pip install '
-                          'mmdet>=3.0')
-
-    ROOT_HOOKS.register_module(name='GOLFrequencyHook', module=_unavailable)

@@ -1,6 +1,3 @@
-from .shot_accuracy import (SHOT_GROUPS, ShotAccuracy,
-                            class_counts_from_ann_file, shot_groups)
+from .shot_accuracy import ShotAccuracy
 
-__all__ = [
-    'SHOT_GROUPS', 'ShotAccuracy', 'class_counts_from_ann_file', 'shot_groups'
-]
+__all__ = ['ShotAccuracy']

@@ -1,75 +1,23 @@
 """Top-1 accuracy split by training-class frequency (long-tailed protocol).
 
-ImageNet-LT results (paper 000, Table II) are reported for *Many* (more than
-100 training images), *Medium* (20 to 100) and *Few* (fewer than 20) shot
-classes, following Liu et al., "Large-Scale Long-Tailed Recognition in an
-Open World". :class:`ShotAccuracy` computes them from the training split's
-annotation file, so no class list is hard-coded.
+ImageNet-LT results (Alexandridis et al., Adaptive Parametric Activation,
+2024, Table II) are reported for *Many* (more than 100 training images),
+*Medium* (20 to 100) and *Few* (fewer than 20) shot classes, following Liu et
+al., "Large-Scale Long-Tailed Recognition in an Open World".
+:class:`ShotAccuracy` computes them from the training split's annotation
+file, so no class list is hard-coded.
 """
-import os.path as osp
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 from mmengine.evaluator import BaseMetric
-from mmengine.fileio import get_text, load
 from mmengine.registry import METRICS
 
-__all__ = ['SHOT_GROUPS', 'shot_groups', 'class_counts_from_ann_file',
-           'ShotAccuracy']
+from mmact.datasets.class_counts import (SHOT_GROUPS,
+                                         class_counts_from_ann_file,
+                                         shot_groups)
 
-#: Group names, most frequent first.
-SHOT_GROUPS = ('many', 'medium', 'few')
-
-
-def shot_groups(counts: Sequence[int],
-                many_threshold: int = 100,
-                few_threshold: int = 20) -> List[str]:
-    """Group of every class from its training count.
-
-    ``many``: more than ``many_threshold``; ``few``: fewer than
-    ``few_threshold``; ``medium``: the rest.
-    """
-    if few_threshold > many_threshold:
-        raise ValueError(f'few_threshold ({few_threshold}) must not exceed '
-                         f'many_threshold ({many_threshold})')
-    return [
-        'many' if n > many_threshold else 'few' if n < few_threshold else
-        'medium' for n in counts
-    ]
-
-
-def class_counts_from_ann_file(path: str,
-                               num_classes: Optional[int] = None
-                               ) -> np.ndarray:
-    """Training samples per class from an mmpretrain annotation file.
-
-    Reads the text format (``<path> <label>`` per line, as ImageNet-LT's
-    split files) or the OpenMMLab 2.0 JSON / pickle format (``data_list``
-    items with ``gt_label``).
-
-    Args:
-        path (str): The annotation file.
-        num_classes (int, optional): Length of the result; defaults to the
-            largest label + 1.
-
-    Returns:
-        np.ndarray: ``(num_classes,)`` int64 counts.
-    """
-    if not osp.isfile(path):
-        raise FileNotFoundError(
-            f'ShotAccuracy: training annotation file {path!r} not found '
-            '(train_ann_file must be the file the training split reads)')
-    if path.endswith(('.json', '.pkl', '.pickle')):
-        labels = [int(np.atleast_1d(item['gt_label'])[0])
-                  for item in load(path)['data_list']]
-    else:
-        labels = [
-            int(line.rsplit(maxsplit=1)[-1])
-            for line in get_text(path).splitlines() if line.strip()
-        ]
-    if not labels:
-        raise ValueError(f'ShotAccuracy: {path!r} lists no sample')
-    return np.bincount(labels, minlength=num_classes or 0)
+__all__ = ['ShotAccuracy']
 
 
 @METRICS.register_module()
@@ -91,7 +39,8 @@ class ShotAccuracy(BaseMetric):
 
     Args:
         train_ann_file (str, optional): Training annotation file the counts
-            are read from (see :func:`class_counts_from_ann_file`).
+            are read from (see
+            :func:`mmact.datasets.class_counts_from_ann_file`).
         class_counts (Sequence[int], optional): Training count of every
             class, instead of ``train_ann_file``.
         many_threshold (int): Classes with more training samples are

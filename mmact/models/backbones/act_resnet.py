@@ -1,6 +1,6 @@
 """ResNet / ResNeXt with configurable activations and channel attention.
 
-A small subclass of mmpretrain's ``ResNet`` / ``ResNeXt`` (DESIGN §3). The
+A small subclass of mmpretrain's ``ResNet`` / ``ResNeXt``. The
 same classes are registered in mmpretrain's and mmdet's ``MODELS``, so the
 classification and detection variants are one class with one set of
 state-dict keys: an mmpretrain ``ImageClassifier`` checkpoint initialises a
@@ -22,18 +22,22 @@ Plain ReLU without attention therefore has exactly upstream's parameters
 (activations without parameters add no keys), and SE attention matches
 mmpretrain's ``SEResNet`` parameter count.
 """
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_activation_layer
+from mmdet.registry import MODELS as MMDET_MODELS
 from mmengine.registry import MODELS as ROOT_MODELS
+from mmengine.runner.checkpoint import CheckpointLoader
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 from .recompute import can_fuse_residual, norm_act, residual_act
+from .reference_layout import check_pretrained_layout
 
 __all__ = [
     'ActBasicBlock', 'ActBottleneck', 'ActResNeXtBottleneck', 'ActResNet',
@@ -306,9 +310,6 @@ class _ActResNetMixin:
         """
         cfg = self.init_cfg
         if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
-            from mmengine.runner.checkpoint import CheckpointLoader
-
-            from mmact.utils.ckpt_convert import check_pretrained_layout
             checkpoint = CheckpointLoader.load_checkpoint(
                 cfg['checkpoint'], map_location='cpu')
             check_pretrained_layout(
@@ -319,6 +320,8 @@ class _ActResNetMixin:
         super().init_weights()
 
 
+@MMDET_MODELS.register_module()
+@MMPRETRAIN_MODELS.register_module()
 class ActResNet(_ActResNetMixin, ResNet):
     """ResNet with any registered activation and channel attention.
 
@@ -363,6 +366,8 @@ class ActResNet(_ActResNetMixin, ResNet):
     }
 
 
+@MMDET_MODELS.register_module()
+@MMPRETRAIN_MODELS.register_module()
 class ActResNeXt(_ActResNetMixin, ResNeXt):
     """ResNeXt with any registered activation and channel attention.
 
@@ -381,11 +386,3 @@ class ActResNeXt(_ActResNetMixin, ResNeXt):
         152: (ActResNeXtBottleneck, (3, 8, 36, 3)),
     }
 
-
-def register(registries: Sequence) -> None:
-    """Register the backbones in each given registry (skips None)."""
-    for registry in registries:
-        if registry is None:
-            continue
-        for cls in (ActResNet, ActResNeXt):
-            registry.register_module(module=cls)

@@ -7,82 +7,73 @@ balanced test set, the prior is removed from the logits,
 
     score_c = softmax_c(z - log p_train),
 
-where ``p_train(c)`` is the share of class ``c`` in the training set. Paper
-000 uses it for every ImageNet-LT number (Table XIX: +5.4pp). Training is
-unchanged: only the head's predictions are compensated.
+where ``p_train(c)`` is the share of class ``c`` in the training set.
+Alexandridis et al. (Adaptive Parametric Activation, 2024) use it for every
+ImageNet-LT number (their Table XIX: +5.4pp). Training is unchanged: only the
+head's predictions are compensated.
 """
-from typing import Dict
-
 import torch
-import torch.nn as nn
+from mmpretrain.models.heads import ArcFaceClsHead, LinearClsHead
+from mmpretrain.registry import MODELS
 
-from mmact.evaluation.metrics.shot_accuracy import class_counts_from_ann_file
+from mmact.datasets.class_counts import class_counts_from_ann_file
 
-__all__ = ['build_pc_softmax_head', 'PostCompensatedSoftmaxMixin']
+__all__ = [
+    'PostCompensatedSoftmaxMixin', 'PCSoftmaxLinearClsHead',
+    'PCSoftmaxArcFaceClsHead'
+]
 
 
 class PostCompensatedSoftmaxMixin:
-    """Subtract ``log_prior`` from the scores an mmpretrain ``ClsHead``
-    turns into predictions (``_get_predictions``); losses are untouched."""
+    """PC-Softmax for an mmpretrain ``ClsHead`` subclass.
+
+    Subtracts ``log_prior`` from the scores the head turns into predictions
+    (``_get_predictions``); losses are untouched. ``log_prior`` is a
+    non-persistent buffer, so state-dict keys are those of the plain head
+    and a checkpoint trained without PC-Softmax loads as is.
+
+    Args:
+        *args: Arguments of the head.
+        train_ann_file (str): Training annotation file (text ``<path>
+            <label>`` lines or OpenMMLab 2.0 JSON) the prior is counted from.
+        **kwargs: Keyword arguments of the head.
+    """
+
+    def __init__(self, *args, train_ann_file: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        name = type(self).__name__
+        counts = class_counts_from_ann_file(train_ann_file, self.num_classes)
+        if len(counts) != self.num_classes:
+            raise ValueError(f'{name}: {train_ann_file!r} has labels up to '
+                             f'{len(counts) - 1}, the head {self.num_classes} '
+                             'classes')
+        missing = (counts == 0).nonzero()[0]
+        if len(missing):
+            raise ValueError(
+                f'{name}: classes {missing[:10].tolist()} have no sample in '
+                f'{train_ann_file!r}; their prior (and log prior) would be 0')
+        prior = torch.as_tensor(counts, dtype=torch.float64)
+        self.register_buffer(
+            'log_prior', (prior / prior.sum()).log().float(), persistent=False)
 
     def _get_predictions(self, cls_score, data_samples):
         return super()._get_predictions(
             cls_score - self.log_prior.to(cls_score), data_samples)
 
 
-_COMPENSATED: Dict[type, type] = {}
-
-
-def _compensated_class(cls: type) -> type:
-    """``cls`` with the mixin in front, one class per head type."""
-    if cls not in _COMPENSATED:
-        _COMPENSATED[cls] = type(f'PCSoftmax{cls.__name__}',
-                                 (PostCompensatedSoftmaxMixin, cls), {})
-    return _COMPENSATED[cls]
-
-
-def build_pc_softmax_head(head: dict, train_ann_file: str) -> nn.Module:
-    """Config builder ``type='PCSoftmaxHead'``: ``head`` with PC-Softmax.
-
-    Returns the built head itself, re-classed to a subclass of its type that
-    compensates its predictions, so state-dict keys stay those of ``head``
-    (a checkpoint trained without PC-Softmax loads as is) and
-    ``isinstance`` checks still hold. The log prior is a non-persistent
-    buffer computed from ``train_ann_file``.
+@MODELS.register_module()
+class PCSoftmaxLinearClsHead(PostCompensatedSoftmaxMixin, LinearClsHead):
+    """``LinearClsHead`` with PC-Softmax predictions.
 
     Example::
 
-        model = dict(head=dict(
-            type='PCSoftmaxHead',
-            train_ann_file='data/imagenet/meta/ImageNet_LT_train.txt',
-            head=dict(type='LinearClsHead', num_classes=1000,
-                      in_channels=2048)))
-
-    Args:
-        head (dict): Config of an mmpretrain ``ClsHead`` (or subclass).
-        train_ann_file (str): Training annotation file (text ``<path>
-            <label>`` lines or OpenMMLab 2.0 JSON) the prior is counted from.
+        head=dict(type='PCSoftmaxLinearClsHead', num_classes=1000,
+                  in_channels=2048,
+                  train_ann_file='data/imagenet/meta/ImageNet_LT_train.txt')
     """
-    from mmpretrain.models.heads import ClsHead
-    from mmpretrain.registry import MODELS
-    built = MODELS.build(head)
-    if not isinstance(built, ClsHead):
-        raise TypeError('PCSoftmaxHead: head must be an mmpretrain ClsHead '
-                        f'(it post-processes _get_predictions), got '
-                        f'{type(built).__name__}')
-    num_classes = getattr(built, 'num_classes', None)
-    counts = class_counts_from_ann_file(train_ann_file, num_classes)
-    if num_classes is not None and len(counts) != num_classes:
-        raise ValueError(f'PCSoftmaxHead: {train_ann_file!r} has labels up '
-                         f'to {len(counts) - 1}, the head {num_classes} '
-                         'classes')
-    if (counts == 0).any():
-        missing = torch.nonzero(torch.as_tensor(counts == 0)).flatten()
-        raise ValueError(
-            f'PCSoftmaxHead: classes {missing[:10].tolist()} have no sample '
-            f'in {train_ann_file!r}; their prior (and log prior) would be 0')
-    prior = torch.as_tensor(counts, dtype=torch.float64)
-    built.__class__ = _compensated_class(type(built))
-    built.register_buffer(
-        'log_prior', (prior / prior.sum()).log().float(), persistent=False)
-    return built
+
+
+@MODELS.register_module()
+class PCSoftmaxArcFaceClsHead(PostCompensatedSoftmaxMixin, ArcFaceClsHead):
+    """``ArcFaceClsHead`` (with ``margins=0.0`` a cosine classifier) with
+    PC-Softmax predictions."""

@@ -34,7 +34,7 @@ class APASELayer(BaseModule):
     Parameter names (``norm``, ``fc1``, ``fc2``, ``gate``) map one-to-one to
     the reference implementation's ``se.norm``, ``se.excitation.0``,
     ``se.excitation.2`` and ``se.uniact`` (see
-    :mod:`mmact.utils.ckpt_convert`).
+    ``tools/model_converters/apa_to_mmact.py``).
 
     Args:
         in_channels (int): Channels C of the input (and output).

@@ -1,7 +1,7 @@
 """Gumbel Optimised Loss (GOL) with drop-loss for long-tailed detection.
 
-DESIGN §4, paper 000 ref. [15] (Alexandridis et al., ECCV 2022). Every class
-logit ``s`` goes through the Gumbel activation ``p = exp(-exp(-s))`` and is
+Alexandridis et al., Long-tailed Instance Segmentation using Gumbel
+Optimized Loss, ECCV 2022. Every class logit ``s`` goes through the Gumbel activation ``p = exp(-exp(-s))`` and is
 trained with binary cross-entropy; the negatives of rare classes are dropped
 (drop-loss, Hsieh et al. AAAI 2021) so that frequent classes stop suppressing
 them.
@@ -14,17 +14,18 @@ Gumbel probabilities and a zero background column — because
 ``_predict_by_feat_single`` hands the scores to ``multiclass_nms``, which drops
 the last column, and ``refine_bboxes`` / Cascade R-CNN strip it as well.
 
-This module needs only torch; ``mmact.models.losses`` registers
-:class:`GOLLoss` in ``mmdet.registry.MODELS`` when mmdet is installed.
+:class:`GOLLoss` is registered in ``mmdet.registry.MODELS``.
 """
 import math
 from typing import Dict, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
+from mmdet.models.losses.utils import weight_reduce_loss
+from mmdet.registry import MODELS
 from torch import Tensor
 
-from .class_frequency import image_counts_from_annotations
+from mmact.datasets.class_counts import image_counts_from_annotations
 
 __all__ = ['GOLLoss', 'gumbel_activation', 'gumbel_binary_cross_entropy']
 
@@ -109,6 +110,7 @@ def gumbel_binary_cross_entropy(logits: Tensor,
     return t * pos + (1 - t) * neg
 
 
+@MODELS.register_module()
 class GOLLoss(nn.Module):
     """Gumbel Optimised Loss with drop-loss (GOL), for RoI classification.
 
@@ -130,8 +132,8 @@ class GOLLoss(nn.Module):
     :meth:`set_class_frequencies` / :meth:`set_class_image_counts` (what
     :class:`mmact.engine.hooks.GOLFrequencyHook` calls before training with
     the runner's training dataset), the ``class_image_counts`` +
-    ``num_images`` arguments, or ``freq_file`` (read at the first loss
-    computation). Without any of them the first loss computation raises a
+    ``num_images`` arguments, or ``freq_file`` (read when the loss is
+    built). Without any of them the first loss computation raises a
     RuntimeError: silently dropping nothing would train plain Gumbel BCE.
 
     Args:
@@ -139,15 +141,15 @@ class GOLLoss(nn.Module):
             against the head in :meth:`get_cls_channels`, inferred there
             when None.
         rare_threshold (float): Image-frequency threshold of rare classes
-            (0.0011 of the training images, DESIGN §4).
+            (0.0011 of the training images, the GOL reference value).
         class_image_counts (Sequence[int], optional): Training image count of
             every class, in label order.
         num_images (int, optional): Number of (annotated) training images,
             required with ``class_image_counts``.
         freq_file (str, optional): COCO/LVIS-format annotation JSON of the
-            training set; LVIS ``image_count`` is used when present, else
-            images are counted per category. Labels follow the order of its
-            ``categories`` list.
+            training set, read here; LVIS ``image_count`` is used when
+            present, else images are counted per category. Labels follow the
+            order of its ``categories`` list.
         min_logit (float, optional): See :func:`gumbel_binary_cross_entropy`.
         use_drop_loss (bool): False gives plain Gumbel BCE (no frequencies
             needed), the "Gumbel" ablation.
@@ -174,7 +176,6 @@ class GOLLoss(nn.Module):
             raise ValueError(f'unknown reduction {reduction!r}')
         self.num_classes = num_classes
         self.rare_threshold = float(rare_threshold)
-        self.freq_file = freq_file
         self.min_logit = min_logit
         self.use_drop_loss = use_drop_loss
         self.reduction = reduction
@@ -193,13 +194,16 @@ class GOLLoss(nn.Module):
             self.set_class_image_counts(class_image_counts, num_images)
         elif num_images is not None:
             raise ValueError('num_images given without class_image_counts')
+        elif freq_file is not None:
+            self.set_class_image_counts(
+                *image_counts_from_annotations(freq_file))
 
     # ------------------------------------------------------------------
     # class frequencies
     @property
     def has_frequency_source(self) -> bool:
-        """Whether frequencies are set or will be read from ``freq_file``."""
-        return self.class_freq is not None or self.freq_file is not None
+        """Whether frequencies came from the config (or were set already)."""
+        return self.class_freq is not None
 
     def set_class_frequencies(
             self, frequencies: Union[Sequence[float], Tensor]) -> None:
@@ -242,10 +246,6 @@ class GOLLoss(nn.Module):
 
     def _ensure_frequencies(self) -> None:
         if self.class_freq is not None:
-            return
-        if self.freq_file is not None:
-            counts, num_images = image_counts_from_annotations(self.freq_file)
-            self.set_class_image_counts(counts, num_images)
             return
         raise RuntimeError(
             'GOLLoss has no class frequencies, so its drop-loss cannot tell '
@@ -383,13 +383,12 @@ class GOLLoss(nn.Module):
         if self.use_drop_loss:
             valid = None if weight is None else weight > 0
             loss = loss * self.drop_weights(label, c, valid).to(loss.dtype)
-        loss = loss.sum(dim=1)
-        if weight is not None:
-            loss = loss * weight.to(loss.dtype)
-        if reduction == 'sum':
-            loss = loss.sum()
-        elif reduction == 'mean':
-            denom = float(avg_factor) if avg_factor is not None else max(n, 1)
-            loss = loss.sum() / max(denom, torch.finfo(torch.float32).eps)
+        loss = weight_reduce_loss(
+            loss.sum(dim=1),
+            weight=None if weight is None else weight.to(loss.dtype),
+            reduction=reduction,
+            # mmdet passes avg_factor with every reduction; it only divides
+            # the mean (mmdet's reduction refuses it with 'sum').
+            avg_factor=avg_factor if reduction == 'mean' else None)
         # float32 even under fp16 autocast (float64 stays float64)
         return self.loss_weight * loss

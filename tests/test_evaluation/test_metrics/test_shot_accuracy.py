@@ -7,34 +7,7 @@ from mmengine.evaluator import Evaluator
 from mmengine.registry import METRICS, DefaultScope
 
 import mmact  # noqa: F401
-from mmact.evaluation import (ShotAccuracy, class_counts_from_ann_file,
-                              shot_groups)
-
-
-def test_shot_groups_thresholds():
-    # ImageNet-LT protocol: many > 100, medium 20..100, few < 20
-    assert shot_groups([101, 100, 20, 19, 0]) == [
-        'many', 'medium', 'medium', 'few', 'few'
-    ]
-    assert shot_groups([5, 3, 1], 4, 2) == ['many', 'medium', 'few']
-    with pytest.raises(ValueError, match='few_threshold'):
-        shot_groups([1], many_threshold=10, few_threshold=20)
-
-
-def test_counts_from_text_and_json(tmp_path):
-    text = tmp_path / 'train.txt'
-    text.write_text('a/x 1.jpg 0\nb.jpg 2\nc.jpg 2\n\n')  # label is last
-    np.testing.assert_array_equal(class_counts_from_ann_file(str(text)),
-                                  [1, 0, 2])
-    np.testing.assert_array_equal(
-        class_counts_from_ann_file(str(text), num_classes=5), [1, 0, 2, 0, 0])
-    data = tmp_path / 'train.json'
-    data.write_text(json.dumps(dict(metainfo={}, data_list=[
-        dict(img_path='a', gt_label=1), dict(img_path='b', gt_label=[1])])))
-    np.testing.assert_array_equal(class_counts_from_ann_file(str(data)),
-                                  [0, 2])
-    with pytest.raises(FileNotFoundError, match='train_ann_file'):
-        class_counts_from_ann_file(str(tmp_path / 'missing.txt'))
+from mmact.evaluation import ShotAccuracy
 
 
 def samples(pairs):

@@ -1,22 +1,19 @@
 """GOLLoss: Gumbel BCE values and stability, drop-loss rule, class
-frequencies from datasets, mmdet protocol, Mask R-CNN integration."""
+frequencies (argument, file, hook), mmdet protocol, Mask R-CNN integration."""
 import json
 import math
 import os
 from types import SimpleNamespace
 from unittest import mock
 
+import mmdet
 import pytest
 import torch
 import torch.nn as nn
 
 import mmact  # noqa: F401
 from mmact.models.losses import (GOLLoss, gumbel_activation,
-                                 gumbel_binary_cross_entropy,
-                                 image_counts_from_annotations,
-                                 image_counts_from_dataset)
-
-mmdet = pytest.importorskip('mmdet')
+                                 gumbel_binary_cross_entropy)
 
 
 def naive_gumbel_bce(s, t):
@@ -264,98 +261,29 @@ def toy_lvis(tmp_path_factory):
     return root, ann, data
 
 
-@pytest.fixture(scope='module')
-def toy_coco(tmp_path_factory):
-    from mmact.testing import generate_coco
-    root = generate_coco(
-        str(tmp_path_factory.mktemp('coco')),
-        num_train=12,
-        num_val=2,
-        image_size=(64, 64),
-        num_classes=6)
-    ann = os.path.join(root, 'annotations', 'instances_train2017.json')
-    with open(ann) as f:
-        data = json.load(f)
-    return root, ann, data
-
-
 def _lvis_dataset(root, ann):
     from mmdet.datasets import LVISV1Dataset
     return LVISV1Dataset(
         data_root=root, ann_file=ann, data_prefix=dict(img=''), pipeline=[])
 
 
-def _coco_dataset(root, ann):
-    from mmdet.datasets import CocoDataset
-
-    from mmact.testing import toy_classes
-    return CocoDataset(
-        data_root=root,
-        ann_file=ann,
-        data_prefix=dict(img='train2017/'),
-        metainfo=dict(classes=toy_classes('coco', 6)),
-        pipeline=[])
-
-
-def _manual_counts(data, cat_ids):
-    images = {i: set() for i in cat_ids}
-    for a in data['annotations']:
-        images[a['category_id']].add(a['image_id'])
-    return [len(images[i]) for i in cat_ids
-            ], len({a['image_id']
-                    for a in data['annotations']})
-
-
-def test_counts_from_lvis_dataset_use_image_count(toy_lvis):
-    root, ann, data = toy_lvis
-    ds = _lvis_dataset(root, ann)
-    counts, num_images = image_counts_from_dataset(ds)
-    by_id = {c['id']: c for c in data['categories']}
-    assert counts == [by_id[i]['image_count'] for i in ds.cat_ids]
-    assert num_images == 24
-    # the file's image_count is what is used: a doctored copy shows it
-    doctored = json.loads(json.dumps(data))
-    doctored['categories'][0]['image_count'] = 999
-    assert image_counts_from_annotations(doctored)[0][0] == 999
-    assert image_counts_from_annotations(doctored, source='count')[0][0] != 999
-    # counting the loaded annotations agrees with LVIS image_count
-    assert image_counts_from_dataset(
-        ds, source='count') == (counts, num_images)
-    assert len(set(counts)) > 3  # long-tailed, not constant
-
-
-def test_counts_from_wrapped_datasets(toy_lvis):
-    from mmengine.dataset import ClassBalancedDataset, ConcatDataset
-    root, ann, _ = toy_lvis
-    base = image_counts_from_dataset(_lvis_dataset(root, ann))
-    rfs = ClassBalancedDataset(_lvis_dataset(root, ann), oversample_thr=0.3)
-    assert len(rfs) > 24  # it does over-sample; the counts must not
-    assert image_counts_from_dataset(rfs) == base
-    cat = ConcatDataset([_lvis_dataset(root, ann), _lvis_dataset(root, ann)])
-    counts, n = image_counts_from_dataset(cat)
-    assert counts == [2 * c for c in base[0]] and n == 2 * base[1]
-
-
-def test_counts_from_coco_dataset_are_counted(toy_coco):
-    root, ann, data = toy_coco
-    ds = _coco_dataset(root, ann)
-    counts, num_images = image_counts_from_dataset(ds)
-    assert (counts, num_images) == _manual_counts(data, ds.cat_ids)
-    with pytest.raises(ValueError, match='image_count'):
-        image_counts_from_dataset(ds, source='image_count')
-    # same numbers straight from the file (GOLLoss freq_file path)
-    assert image_counts_from_annotations(ann) == (counts, num_images)
-
-
-def test_freq_file_is_read_at_first_loss(toy_lvis):
+def test_freq_file_is_read_when_the_loss_is_built(toy_lvis):
     _, ann, data = toy_lvis
     loss = GOLLoss(freq_file=ann, rare_threshold=0.2)
-    assert loss.has_frequency_source and loss.class_freq is None
-    out = loss(torch.randn(4, 20), torch.tensor([0, 3, 20, 20]))
-    assert torch.isfinite(out)
+    assert loss.has_frequency_source
     expected = torch.tensor(
         [c['image_count'] / 24 for c in data['categories']])
     torch.testing.assert_close(loss.class_freq, expected)
+    # the forward reads no file: a loss built from the file keeps working
+    # when the file is gone
+    with mock.patch('mmact.datasets.class_counts.load',
+                    side_effect=AssertionError('file read in forward')):
+        out = loss(torch.randn(4, 20), torch.tensor([0, 3, 20, 20]))
+    assert torch.isfinite(out)
+    # explicit counts win over the file, as before
+    explicit = GOLLoss(
+        freq_file=ann, class_image_counts=[1] * 20, num_images=2)
+    torch.testing.assert_close(explicit.class_freq, torch.full((20, ), 0.5))
 
 
 def test_hook_sets_frequencies_from_train_dataset(toy_lvis):
@@ -543,27 +471,3 @@ def test_runner_trains_mask_rcnn_gol_on_toy_lvis_with_hook(tmp_path, toy_lvis):
     assert runner.message_hub.get_scalar('train/loss_cls') is not None
     loss_cls = runner.message_hub.get_scalar('train/loss_cls').current()
     assert math.isfinite(loss_cls)
-
-
-def test_import_without_mmdet_names_the_requirement():
-    import subprocess
-    import sys
-    code = (
-        "import sys; sys.modules['mmdet'] = None\n"
-        "import mmact\n"
-        "from mmengine.registry import HOOKS, MODELS\n"
-        "from mmact.models.losses import GOLLoss\n"
-        "assert GOLLoss(use_drop_loss=False) is not None\n"
-        "pairs = ((MODELS, 'GOLLoss'), (HOOKS, 'GOLFrequencyHook'))\n"
-        "for reg, name in pairs:\n"
-        "    try:\n"
-        "        reg.build(dict(type=name))\n"
-        "    except ImportError as e:\n"
-        "        assert 'mmdet' in str(e), e\n"
-        "    else:\n"
-        "        raise AssertionError(name + ' built without mmdet')\n")
-    proc = subprocess.run([sys.executable, '-c', code],
-                          capture_output=True,
-                          text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,11 +7,10 @@ import torch.nn as nn
 from mmengine.registry import MODELS, DefaultScope
 
 import mmact  # noqa: F401
-from mmact.utils import swap_activations, untie_activations
+from mmact.models.utils import swap_activations, untie_activations
 
-HAS_AGLU = MODELS.get('AGLU') is not None
-LEARNABLE = dict(type='AGLU') if HAS_AGLU else dict(type='PReLU')
-LEARNABLE_CLS = 'AGLU' if HAS_AGLU else 'PReLU'
+LEARNABLE = dict(type='AGLU')
+LEARNABLE_CLS = 'AGLU'
 
 
 def _count(model, name):

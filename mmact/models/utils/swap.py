@@ -2,8 +2,8 @@
 
 :func:`swap_activations` walks a model and replaces every module of the given
 classes (``nn.ReLU`` by default) by a module built from a registered config
-(e.g. ``dict(type='AGLU')``). ``ActSwapBackbone`` does the same from a config
-file, wrapping any backbone of mmdet or mmpretrain.
+(e.g. ``dict(type='AGLU')``). :func:`mmact.models.backbones.ActSwapBackbone`
+does the same from a config file, for any backbone of mmdet or mmpretrain.
 
 Shared modules stay shared. A module object is replaced by ONE new module at
 every place it is registered, and a module that the parent's ``forward``
@@ -21,7 +21,6 @@ gives every position its own parameters. Two ways to untie them:
 """
 import copy
 import importlib
-import importlib.util
 from fnmatch import fnmatch
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -30,8 +29,7 @@ import torch.nn as nn
 from mmengine.registry import MODELS
 
 __all__ = [
-    'swap_activations', 'untie_activations', 'known_shared_activations',
-    'register_swap_backbone'
+    'swap_activations', 'untie_activations', 'known_shared_activations'
 ]
 
 TypeSpec = Union[str, Type[nn.Module]]
@@ -53,7 +51,7 @@ _KNOWN_SHARED = (
 
 
 def known_shared_activations() -> Dict[type, Tuple[str, int]]:
-    """Block classes (of installed packages) whose one activation module is
+    """Block classes of mmdet and mmpretrain whose one activation module is
     called at several positions.
 
     Returns:
@@ -61,8 +59,6 @@ def known_shared_activations() -> Dict[type, Tuple[str, int]]:
     """
     table = {}
     for module_name, cls_name, attr, sites in _KNOWN_SHARED:
-        if importlib.util.find_spec(module_name.split('.')[0]) is None:
-            continue
         cls = getattr(importlib.import_module(module_name), cls_name)
         table[cls] = (attr, sites)
     return table
@@ -207,8 +203,7 @@ def swap_activations(model: nn.Module,
             if exclude and any(fnmatch(full, pat) for pat in exclude):
                 continue
             if id(child) not in new_by_old:
-                # MODELS.build is what mmcv's build_activation_layer
-                # does; calling it keeps mmcv.cnn out of mmact.utils.
+                # MODELS.build is what mmcv's build_activation_layer does
                 new = MODELS.build(copy.deepcopy(act_cfg))
                 new_by_old[id(child)] = new
                 new_ids.add(id(new))
@@ -216,50 +211,3 @@ def swap_activations(model: nn.Module,
             swapped.append(full)
     return swapped
 
-
-def _freeze_stem_activation(backbone: nn.Module) -> None:
-    """Stock ResNets freeze only conv1/bn1 of the stem; a swapped learnable
-    stem activation must follow ``frozen_stages`` too."""
-    if getattr(backbone, 'frozen_stages', -1) >= 0 and isinstance(
-            getattr(backbone, 'relu', None), nn.Module):
-        for param in backbone.relu.parameters():
-            param.requires_grad = False
-
-
-def register_swap_backbone(registries: Sequence) -> None:
-    """Register ``ActSwapBackbone`` in each given registry (skips None).
-
-    ``ActSwapBackbone`` is a builder function, not a wrapper module: it
-    returns the inner backbone itself with its activations swapped, so
-    state-dict keys, ``init_cfg``, ``frozen_stages`` and ``train()`` stay the
-    upstream backbone's. Config use::
-
-        backbone=dict(type='ActSwapBackbone', act_cfg=dict(type='AGLU'),
-                      untie=True, backbone=dict(type='ResNet', depth=50, ...))
-
-    Args:
-        registries (sequence): ``MODELS`` registries of mmdet / mmpretrain;
-            the inner ``backbone`` is built from the same registry.
-    """
-    for registry in registries:
-        if registry is None:
-            continue
-
-        def ActSwapBackbone(backbone: dict,
-                            act_cfg: dict,
-                            target_types: Sequence[TypeSpec] = ('ReLU', ),
-                            untie: bool = False,
-                            exclude: Optional[Sequence[str]] = None,
-                            _registry=registry) -> nn.Module:
-            """Build ``backbone`` and swap its activations (see
-            :func:`swap_activations`)."""
-            model = _registry.build(backbone)
-            swap_activations(model, act_cfg, target_types, untie, exclude)
-            # The new modules were created after upstream froze its stages.
-            if hasattr(model, '_freeze_stages'):
-                model._freeze_stages()
-            _freeze_stem_activation(model)
-            return model
-
-        registry.register_module(
-            name='ActSwapBackbone', module=ActSwapBackbone)

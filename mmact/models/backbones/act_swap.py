@@ -1,0 +1,63 @@
+"""``ActSwapBackbone``: any mmdet / mmpretrain backbone with swapped
+activations, from a config."""
+from typing import Optional, Sequence
+
+import torch.nn as nn
+from mmdet.registry import MODELS as MMDET_MODELS
+from mmengine.registry import MODELS
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
+from mmact.models.utils.swap import TypeSpec, swap_activations
+
+__all__ = ['ActSwapBackbone']
+
+
+def _freeze_stem_activation(backbone: nn.Module) -> None:
+    """Stock ResNets freeze only conv1/bn1 of the stem; a swapped learnable
+    stem activation must follow ``frozen_stages`` too."""
+    if getattr(backbone, 'frozen_stages', -1) >= 0 and isinstance(
+            getattr(backbone, 'relu', None), nn.Module):
+        for param in backbone.relu.parameters():
+            param.requires_grad = False
+
+
+@MMDET_MODELS.register_module()
+@MMPRETRAIN_MODELS.register_module()
+def ActSwapBackbone(backbone: dict,
+                    act_cfg: dict,
+                    target_types: Sequence[TypeSpec] = ('ReLU', ),
+                    untie: bool = False,
+                    exclude: Optional[Sequence[str]] = None) -> nn.Module:
+    """Build ``backbone`` and swap its activations (:func:`swap_activations`).
+
+    A builder function, not a wrapper module: it returns the inner backbone
+    itself, so state-dict keys, ``init_cfg``, ``frozen_stages`` and
+    ``train()`` stay the upstream backbone's. The inner backbone is built in
+    the current default scope (the config's ``default_scope``, which the
+    Runner sets), so ``type='ResNet'`` is mmdet's ResNet in a detector and
+    mmpretrain's in a classifier. Config use::
+
+        backbone=dict(type='ActSwapBackbone', act_cfg=dict(type='AGLU'),
+                      untie=True, backbone=dict(type='ResNet', depth=50, ...))
+
+    Args:
+        backbone (dict): Config of the backbone to build.
+        act_cfg (dict): Config of the new activation, e.g.
+            ``dict(type='AGLU')``.
+        target_types (Sequence[type | str]): Classes to replace. Defaults to
+            ``('ReLU', )``.
+        untie (bool): Give every call position of the stock ResNet blocks'
+            shared ``relu`` its own activation. Defaults to False.
+        exclude (Sequence[str], optional): fnmatch patterns of module names
+            to keep.
+
+    Returns:
+        nn.Module: The built backbone, activations swapped.
+    """
+    model = MODELS.build(backbone)
+    swap_activations(model, act_cfg, target_types, untie, exclude)
+    # The new modules were created after upstream froze its stages.
+    if hasattr(model, '_freeze_stages'):
+        model._freeze_stages()
+    _freeze_stem_activation(model)
+    return model
