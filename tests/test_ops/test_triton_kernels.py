@@ -85,11 +85,18 @@ def test_apa_kernels_compile(axis, per_channel):
             go_ptr='*bf16',
             gx_ptr='*bf16',
             **params,
-            sk_ptr='*fp32',
-            sl_ptr='*fp32',
-            **ints),
+            part_ptr='*fp32',
+            **ints,
+            n_groups='i32',
+            iters='i32',
+            part_stride='i32'), dict(common, NEED_X=True, NEED_PARAMS=True))
+    _compile_for_hopper(
+        kernels.eta_param_grad_kernel,
         dict(
-            common,
-            PER_CHANNEL_SUMS=per_channel,
-            NEED_X=True,
-            NEED_PARAMS=True))
+            part_ptr='*fp32',
+            l_ptr='*fp32',
+            out_ptr='*fp32',
+            S='i32',
+            C='i32',
+            part_stride='i32'),
+        dict(L_PER_CHANNEL=True, BLOCK_S=64, BLOCK_C=64))

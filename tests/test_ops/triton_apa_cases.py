@@ -25,6 +25,7 @@ DTYPES = list(TOL)
 @pytest.fixture(autouse=True)
 def count_triton_calls(monkeypatch):
     """Every case must go through the Triton launchers."""
+    torch.manual_seed(0)
     calls = []
     for fn in ('eta_forward', 'eta_backward'):
         orig = getattr(triton_apa, fn)
@@ -164,6 +165,18 @@ def test_extreme_inputs_and_lambda_at_clamp(name, dtype):
         scale = want.cpu().abs() + 1.0
         tol = TOL[dtype] * 10 if got.dtype == dtype else 1e-5
         assert (err <= tol * scale).all(), (err / scale).max()
+
+
+@pytest.mark.parametrize('layout', ['nchw', 'nlc', 'shared'])
+def test_backward_programs_walk_several_tiles(monkeypatch, layout):
+    """Few programs: each walks several tiles (and a partial last run)."""
+    monkeypatch.setattr(triton_apa, '_BWD_PROGRAMS', 3)
+    triton_apa._bwd_grid.cache_clear()  # grids are cached per plan
+    if layout == 'nlc':
+        check('aglu', randn(2, 1500, 3), *params(3), channel_dim=-1)
+    else:
+        check('apa', randn(3, 2, 40, 45),
+              *params(2 if layout == 'nchw' else 1))
 
 
 def test_silu_and_sigmoid_special_case():

@@ -3,10 +3,14 @@
 Called by :mod:`mmact.ops.apa` when :func:`~mmact.ops.triton.use_triton`
 says so; parameter shapes are validated there. Any dense layout (NCHW,
 ``channels_last``, NLC, ...) is processed in storage order, so no copy is
-made; other strides are made contiguous first. The backward kernel writes
-per-tile partial sums of the parameter gradients, which are added up here
-(in float64) and scaled by ``1/l`` and ``1/l^2`` per channel.
+made; other strides are made contiguous first. Backward is two launches:
+grad_x with per-program partial sums of the parameter gradients, then a
+fixed-order sum of the partials scaled by ``1/l`` and ``1/l^2``
+(deterministic, no atomics). Host work per call is kept to a few tensor
+allocations (layouts are planned once per shape and cached): on a fast GPU
+small activations are bound by launch overhead, not by the kernels.
 """
+import functools
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -14,9 +18,11 @@ from torch import Tensor
 
 __all__ = ['eta_forward', 'eta_backward']
 
-# Elements per program: 16 (forward) / 8 (backward) per thread at 4 warps.
+# Elements per tile: 16 (forward) / 8 (backward) per thread at 4 warps.
 _FWD_TILE = 2048
 _BWD_TILE = 1024
+# Backward programs to aim for (a few per SM); each walks several tiles.
+_BWD_PROGRAMS = 2048
 
 
 class _Plan(NamedTuple):
@@ -25,24 +31,11 @@ class _Plan(NamedTuple):
     Q: int
     C: int
     axis: int  # channel follows rows (0) or columns (1)
-    per_channel: bool
     block_p: int
     block_q: int
     n_p: int
     n_q: int
     wide: bool
-
-
-def _is_dense(x: Tensor) -> bool:
-    """Whether the elements of ``x`` fill its storage span without gaps or
-    overlaps (in some dimension order)."""
-    expected = 1
-    for stride, size in sorted(
-        (st, s) for s, st in zip(x.shape, x.stride()) if s > 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -67,16 +60,33 @@ def _block_q(Q: int, lowest: int, tile: int) -> int:
     return max(b for b in sizes if padded[b] == least)
 
 
-def _plan(x: Tensor, per_channel: bool, channel_dim: int, tile: int) -> _Plan:
-    n = x.numel()
-    C = x.shape[channel_dim % x.dim()] if per_channel else 1
-    if C == 1:
-        per_channel = False
-    if not per_channel:
+def _is_dense(shape: Tuple[int, ...], stride: Tuple[int, ...]) -> bool:
+    """Whether the elements fill their storage span without gaps or
+    overlaps (in some dimension order)."""
+    expected = 1
+    for st, size in sorted((st, s) for s, st in zip(shape, stride) if s > 1):
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(shape: Tuple[int, ...], stride: Tuple[int, ...], per_channel: bool,
+          channel_dim: int, tile: int) -> Optional[_Plan]:
+    """Tiling of a dense tensor; None when ``stride`` is not dense."""
+    if not _is_dense(shape, stride):
+        return None
+    n = 1
+    for s in shape:
+        n *= s
+    dim = channel_dim % len(shape) if per_channel else 0
+    C = shape[dim] if per_channel else 1
+    if C == 1:  # shared parameters: one row holding everything
         P, Q, axis = 1, n, 0
         block_q, block_p = min(tile, _pow2_ceil(n)), 1
     else:
-        inner = x.stride(channel_dim % x.dim())
+        inner = stride[dim]
         if inner == 1:  # channels last: a row holds one of each channel
             P, Q, axis = n // C, C, 1
             block_q = _block_q(Q, 1, tile)
@@ -86,21 +96,25 @@ def _plan(x: Tensor, per_channel: bool, channel_dim: int, tile: int) -> _Plan:
         block_p = min(max(tile // block_q, 1), _pow2_ceil(P))
     n_p, n_q = _cdiv(P, block_p), _cdiv(Q, block_q)
     wide = (n_p * block_p) * Q >= 2**31
-    return _Plan(P, Q, C, axis, per_channel, block_p, block_q, n_p, n_q, wide)
+    return _Plan(P, Q, C, axis, block_p, block_q, n_p, n_q, wide)
 
 
-def _dense(x: Tensor) -> Tensor:
-    return x if _is_dense(x) else x.contiguous()
+def _planned(x: Tensor, kappa: Tensor, lam: Tensor, channel_dim: int,
+             tile: int) -> Tuple[Tensor, _Plan]:
+    per_channel = kappa.numel() > 1 or lam.numel() > 1
+    plan = _plan(tuple(x.shape), x.stride(), per_channel, channel_dim, tile)
+    if plan is None:
+        x = x.contiguous()
+        plan = _plan(
+            tuple(x.shape), x.stride(), per_channel, channel_dim, tile)
+    return x, plan
 
 
 def _param(p: Tensor, x: Tensor) -> Tensor:
+    if (p.dtype == torch.float32 and p.device == x.device
+            and p.is_contiguous()):
+        return p
     return p.detach().to(device=x.device, dtype=torch.float32).contiguous()
-
-
-def _same_layout(a: Tensor, b: Tensor) -> bool:
-    return all(sa == sb
-               for sa, sb, size in zip(a.stride(), b.stride(), a.shape)
-               if size > 1)
 
 
 def _kernels():
@@ -122,12 +136,10 @@ def eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
     Returns:
         Tensor: The output, with the strides of ``x`` when ``x`` is dense.
     """
-    x = _dense(x)
+    x, plan = _planned(x, kappa, lam, channel_dim, _FWD_TILE)
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
-    plan = _plan(x,
-                 kappa.numel() > 1 or lam.numel() > 1, channel_dim, _FWD_TILE)
     _kernels().eta_fwd_kernel[(plan.n_p * plan.n_q, )](
         x,
         y,
@@ -147,20 +159,32 @@ def eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
     return y
 
 
-def _reduce(partial: Tensor, plan: _Plan) -> Tensor:
-    """Per-channel (C,) float64 totals of the kernel's partial sums."""
-    if not plan.per_channel:
-        return partial.sum(dtype=torch.float64).reshape(1)
+def _same_layout(a: Tensor, b: Tensor) -> bool:
+    sa, sb = a.stride(), b.stride()
+    return sa == sb or all(x == y
+                           for x, y, size in zip(sa, sb, a.shape) if size > 1)
+
+
+def _to_param(grad: Tensor, p: Tensor) -> Tensor:
+    if p.numel() == 1 and grad.numel() > 1:  # shared, beside per-channel
+        grad = grad.sum()
+    if grad.shape != p.shape:
+        grad = grad.view(p.shape)
+    return grad if grad.dtype == p.dtype else grad.to(p.dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bwd_grid(plan: _Plan) -> Tuple[int, int, int, int]:
+    """(programs, groups, tiles walked per program, partial rows S): a
+    program walks tiles along the direction in which its channels stay."""
     if plan.axis == 0:
-        return partial.view(plan.P // plan.C, plan.C, plan.n_q).sum(
-            (0, 2), dtype=torch.float64)
-    return partial.sum(0, dtype=torch.float64)
-
-
-def _to_param(total: Tensor, p: Tensor) -> Tensor:
-    if p.numel() == 1:
-        total = total.sum()
-    return total.reshape(p.shape).to(p.dtype)
+        walk, other = plan.n_q, plan.n_p
+    else:
+        walk, other = plan.n_p, plan.n_q
+    iters = min(walk, max(1, walk * other // _BWD_PROGRAMS))
+    groups = _cdiv(walk, iters)
+    rows = (plan.P // plan.C) * groups if plan.axis == 0 else groups
+    return other * groups, groups, iters, rows
 
 
 def eta_backward(
@@ -180,52 +204,55 @@ def eta_backward(
         shape and dtype.
     """
     need_x, need_k, need_l = needs[:3]
-    x = _dense(x)
+    need_params = need_k or need_l
+    x, plan = _planned(x, kappa, lam, channel_dim, _BWD_TILE)
     if not _same_layout(grad_out, x):
         grad_out = torch.empty_like(x).copy_(grad_out)
-    per_k, per_l = kappa.numel() > 1, lam.numel() > 1
-    plan = _plan(x, per_k or per_l, channel_dim, _BWD_TILE)
     grad_x = torch.empty_like(x) if need_x else None
-    need_params = need_k or need_l
-    if not plan.per_channel:
-        shape = (plan.n_p * plan.n_q, )
-    elif plan.axis == 0:
-        shape = (plan.P, plan.n_q)
-    else:
-        shape = (plan.n_p, plan.Q)
-    sums = x.new_empty(
-        (2, ) + shape if need_params else (2, 1), dtype=torch.float32)
     if x.numel() == 0:
-        zeros = [torch.zeros_like(p) for p in (kappa, lam)]
-        return grad_x, zeros[0] if need_k else None, (
-            zeros[1] if need_l else None)
-    _kernels().eta_bwd_kernel[(plan.n_p * plan.n_q, )](
+        return (grad_x, torch.zeros_like(kappa) if need_k else None,
+                torch.zeros_like(lam) if need_l else None)
+    lam32 = _param(lam, x)
+    programs, groups, iters, S = _bwd_grid(plan)
+    part = x.new_empty(
+        2 * S * plan.C if need_params else 1, dtype=torch.float32)
+    _kernels().eta_bwd_kernel[(programs, )](
         x,
         grad_out,
         grad_x if need_x else x,
         _param(kappa, x),
-        _param(lam, x),
-        sums[0],
-        sums[1],
+        lam32,
+        part,
         plan.P,
         plan.Q,
         plan.C,
         plan.n_q,
+        groups,
+        iters,
+        S * plan.C,
         AGLU=name == 'aglu',
-        K_PER_CHANNEL=per_k,
-        L_PER_CHANNEL=per_l,
+        K_PER_CHANNEL=kappa.numel() > 1,
+        L_PER_CHANNEL=lam.numel() > 1,
         CHANNEL_AXIS=plan.axis,
-        PER_CHANNEL_SUMS=plan.per_channel,
         NEED_X=need_x,
         NEED_PARAMS=need_params,
         BLOCK_P=plan.block_p,
         BLOCK_Q=plan.block_q,
         WIDE=plan.wide)
-    grad_k = grad_l = None
-    if need_params:
-        l64 = lam.detach().to(torch.float64).reshape(-1).to(x.device)
-        if need_k:
-            grad_k = _to_param(_reduce(sums[0], plan) / l64, kappa)
-        if need_l:
-            grad_l = _to_param(_reduce(sums[1], plan) / (l64 * l64), lam)
-    return grad_x, grad_k, grad_l
+    if not need_params:
+        return grad_x, None, None
+    grads = part.new_empty(2, plan.C)
+    block_c = min(_pow2_ceil(plan.C), 64)
+    _kernels().eta_param_grad_kernel[(_cdiv(plan.C, block_c), )](
+        part,
+        lam32,
+        grads,
+        S,
+        plan.C,
+        S * plan.C,
+        L_PER_CHANNEL=lam.numel() > 1,
+        BLOCK_S=max(4096 // block_c, 1),
+        BLOCK_C=block_c)
+    grad_k, grad_l = grads.unbind(0)
+    return (grad_x, _to_param(grad_k, kappa) if need_k else None,
+            _to_param(grad_l, lam) if need_l else None)

@@ -4,7 +4,8 @@ The input is seen as a row-major ``(P, Q)`` matrix over its storage. A
 per-channel parameter follows the rows (``CHANNEL_AXIS=0``: channel
 ``p % C``; channels-first data, ``Q`` = elements of one channel plane) or
 the columns (``CHANNEL_AXIS=1``: channel ``q``; channels-last data,
-``Q = C``). Each program handles one ``BLOCK_P x BLOCK_Q`` tile, so the
+``Q = C``). Programs work on ``BLOCK_P x BLOCK_Q`` tiles (forward: one;
+backward: a run of tiles along which the channels stay fixed), so the
 parameter loads and the per-channel gradient sums are per row / column
 vectors, never per-element divisions.
 
@@ -19,7 +20,7 @@ gives both ``1 / (1 + e)`` and ``1 / (2 + e)``.
 import triton
 import triton.language as tl
 
-__all__ = ['eta_fwd_kernel', 'eta_bwd_kernel']
+__all__ = ['eta_fwd_kernel', 'eta_bwd_kernel', 'eta_param_grad_kernel']
 
 
 @triton.jit
@@ -45,25 +46,30 @@ def _load_param(ptr, ch, Q, PER_CHANNEL: tl.constexpr,
 
 
 @triton.jit
-def _tile(pid, P, Q, C, n_q, k_ptr, l_ptr, K_PER_CHANNEL: tl.constexpr,
-          L_PER_CHANNEL: tl.constexpr, CHANNEL_AXIS: tl.constexpr,
-          BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, WIDE: tl.constexpr):
-    """Offsets, mask and (k, 1/l, ln l) broadcastable over one tile."""
+def _params(pid, P, Q, C, n_q, n_groups, k_ptr, l_ptr,
+            K_PER_CHANNEL: tl.constexpr, L_PER_CHANNEL: tl.constexpr,
+            CHANNEL_AXIS: tl.constexpr, BLOCK_P: tl.constexpr,
+            BLOCK_Q: tl.constexpr, WIDE: tl.constexpr):
+    """Where a program starts and its (k, 1/l, ln l), broadcastable over a
+    tile: program ``pid`` owns tile row ``pid // n_groups`` and tile
+    columns ``group * iters ...`` (``CHANNEL_AXIS=0``), or tile column
+    ``pid % n_q`` and tile rows ``group * iters ...`` (``CHANNEL_AXIS=1``).
+    """
     if WIDE:
         pid = pid.to(tl.int64)
-    pid_p = pid // n_q
-    pid_q = pid % n_q
-    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    mask = (p < P)[:, None] & (q < Q)[None, :]
-    offs = p[:, None] * Q + q[None, :]
     if CHANNEL_AXIS == 0:
+        group = pid % n_groups
+        p = (pid // n_groups) * BLOCK_P + tl.arange(0, BLOCK_P)
+        q = tl.arange(0, BLOCK_Q)
         ch = (p % C)[:, None]
     else:
+        group = pid // n_q
+        p = tl.arange(0, BLOCK_P)
+        q = (pid % n_q) * BLOCK_Q + tl.arange(0, BLOCK_Q)
         ch = q[None, :]
     k = _load_param(k_ptr, ch, Q, K_PER_CHANNEL, CHANNEL_AXIS)
     lam = _load_param(l_ptr, ch, Q, L_PER_CHANNEL, CHANNEL_AXIS)
-    return p, q, offs, mask, k, 1.0 / lam, tl.log(lam)
+    return group, p, q, k, 1.0 / lam, tl.log(lam)
 
 
 @triton.jit
@@ -72,10 +78,21 @@ def eta_fwd_kernel(x_ptr, y_ptr, k_ptr, l_ptr, P, Q, C, n_q,
                    L_PER_CHANNEL: tl.constexpr, CHANNEL_AXIS: tl.constexpr,
                    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
                    WIDE: tl.constexpr):
-    """``y = eta(x)`` (APA) or ``x * eta(x)`` (AGLU), one pass."""
-    _, _, offs, mask, k, inv_l, ln_l = _tile(
-        tl.program_id(0), P, Q, C, n_q, k_ptr, l_ptr, K_PER_CHANNEL,
-        L_PER_CHANNEL, CHANNEL_AXIS, BLOCK_P, BLOCK_Q, WIDE)
+    """``y = eta(x)`` (APA) or ``x * eta(x)`` (AGLU), one tile a program."""
+    pid = tl.program_id(0)
+    if CHANNEL_AXIS == 0:
+        n_groups = n_q
+    else:
+        n_groups = 1
+    group, p, q, k, inv_l, ln_l = _params(pid, P, Q, C, n_q, n_groups, k_ptr,
+                                          l_ptr, K_PER_CHANNEL, L_PER_CHANNEL,
+                                          CHANNEL_AXIS, BLOCK_P, BLOCK_Q, WIDE)
+    if CHANNEL_AXIS == 0:
+        q = group * BLOCK_Q + q
+    else:
+        p = group * BLOCK_P + p
+    mask = (p < P)[:, None] & (q < Q)[None, :]
+    offs = p[:, None] * Q + q[None, :]
     z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     a = ln_l - k * z
     e = tl.exp(-tl.abs(a))
@@ -87,58 +104,100 @@ def eta_fwd_kernel(x_ptr, y_ptr, k_ptr, l_ptr, P, Q, C, n_q,
 
 
 @triton.jit
-def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, sk_ptr, sl_ptr, P, Q,
-                   C, n_q, AGLU: tl.constexpr, K_PER_CHANNEL: tl.constexpr,
-                   L_PER_CHANNEL: tl.constexpr, CHANNEL_AXIS: tl.constexpr,
-                   PER_CHANNEL_SUMS: tl.constexpr, NEED_X: tl.constexpr,
+def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, P, Q, C, n_q,
+                   n_groups, iters, part_stride, AGLU: tl.constexpr,
+                   K_PER_CHANNEL: tl.constexpr, L_PER_CHANNEL: tl.constexpr,
+                   CHANNEL_AXIS: tl.constexpr, NEED_X: tl.constexpr,
                    NEED_PARAMS: tl.constexpr, BLOCK_P: tl.constexpr,
                    BLOCK_Q: tl.constexpr, WIDE: tl.constexpr):
-    """grad_x and per-tile partial sums of the parameter gradients, one pass.
+    """grad_x and partial sums of the parameter gradients, one pass.
 
-    Sums (still to be scaled by ``1/l`` and ``1/l^2`` per channel)::
+    A program walks ``iters`` tiles along its rows (``CHANNEL_AXIS=0``) or
+    columns (``CHANNEL_AXIS=1``), so each of its channels stays fixed, and
+    accumulates (still to be scaled by ``1/l`` and ``1/l^2``)::
 
         APA:  sk = sum go eta g z,      sl = sum go eta (softplus(a) - g)
         AGLU: sk = sum go eta g z^2,    sl = sum go eta z (softplus(a) - g)
 
-    They are written per tile row (``CHANNEL_AXIS=0``: ``sk[p, pid_q]``),
-    per tile column (``CHANNEL_AXIS=1``: ``sk[pid_p, q]``) or per tile
-    (scalar parameters: ``sk[pid]``); the launcher adds the partials up.
+    The sums land in ``part[s, c]`` (``S x C``, row-major; the lambda sums
+    ``part_stride`` further on), one row ``s`` per (sample, group);
+    :func:`eta_param_grad_kernel` adds the rows up.
     """
     pid = tl.program_id(0)
-    p, q, offs, mask, k, inv_l, ln_l = _tile(pid, P, Q, C, n_q, k_ptr, l_ptr,
-                                             K_PER_CHANNEL, L_PER_CHANNEL,
-                                             CHANNEL_AXIS, BLOCK_P, BLOCK_Q,
-                                             WIDE)
-    z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    go = tl.load(go_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    a = ln_l - k * z
-    e = tl.exp(-tl.abs(a))
-    r = 1.0 / ((1.0 + e) * (2.0 + e))
-    sp = tl.maximum(a, 0.0) + _log1p_from_s(e * (1.0 + e) * r)
-    g = tl.where(a >= 0.0, 1.0, e) * (2.0 + e) * r
-    w = go * tl.exp(-sp * inv_l)  # masked lanes: go = 0
-    if AGLU:
-        wz = w * z
-        wzg = wz * g
-        gx = w + (k * inv_l) * wzg
-        tk = wzg * z
-        tlam = wz * (sp - g)
-    else:
-        wg = w * g
-        gx = wg * (k * inv_l)
-        tk = wg * z
-        tlam = w * (sp - g)
-    if NEED_X:
-        tl.store(gx_ptr + offs, gx.to(gx_ptr.dtype.element_ty), mask=mask)
-    if NEED_PARAMS:
-        if not PER_CHANNEL_SUMS:
-            tl.store(sk_ptr + pid, tl.sum(tl.sum(tk, axis=1), axis=0))
-            tl.store(sl_ptr + pid, tl.sum(tl.sum(tlam, axis=1), axis=0))
-        elif CHANNEL_AXIS == 0:
-            at = p * n_q + pid % n_q
-            tl.store(sk_ptr + at, tl.sum(tk, axis=1), mask=p < P)
-            tl.store(sl_ptr + at, tl.sum(tlam, axis=1), mask=p < P)
+    group, p, q, k, inv_l, ln_l = _params(pid, P, Q, C, n_q, n_groups, k_ptr,
+                                          l_ptr, K_PER_CHANNEL, L_PER_CHANNEL,
+                                          CHANNEL_AXIS, BLOCK_P, BLOCK_Q, WIDE)
+    k_inv_l = k * inv_l
+    p0 = p
+    q0 = q
+    acc_k = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+    acc_l = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+    for i in range(iters):
+        if CHANNEL_AXIS == 0:
+            q = (group * iters + i) * BLOCK_Q + q0
         else:
-            at = (pid // n_q) * Q + q
-            tl.store(sk_ptr + at, tl.sum(tk, axis=0), mask=q < Q)
-            tl.store(sl_ptr + at, tl.sum(tlam, axis=0), mask=q < Q)
+            p = (group * iters + i) * BLOCK_P + p0
+        mask = (p < P)[:, None] & (q < Q)[None, :]
+        offs = p[:, None] * Q + q[None, :]
+        z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        go = tl.load(go_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        a = ln_l - k * z
+        e = tl.exp(-tl.abs(a))
+        r = 1.0 / ((1.0 + e) * (2.0 + e))
+        sp = tl.maximum(a, 0.0) + _log1p_from_s(e * (1.0 + e) * r)
+        g = tl.where(a >= 0.0, 1.0, e) * (2.0 + e) * r
+        w = go * tl.exp(-sp * inv_l)  # masked lanes: go = 0
+        if AGLU:
+            wz = w * z
+            wzg = wz * g
+            gx = w + k_inv_l * wzg
+            if NEED_PARAMS:
+                acc_k += wzg * z
+                acc_l += wz * (sp - g)
+        else:
+            wg = w * g
+            gx = wg * k_inv_l
+            if NEED_PARAMS:
+                acc_k += wg * z
+                acc_l += w * (sp - g)
+        if NEED_X:
+            tl.store(gx_ptr + offs, gx.to(gx_ptr.dtype.element_ty), mask=mask)
+    if NEED_PARAMS:
+        if CHANNEL_AXIS == 0:
+            p = p0
+            at = ((p // C) * n_groups + group) * C + p % C
+            tl.store(part_ptr + at, tl.sum(acc_k, axis=1), mask=p < P)
+            tl.store(
+                part_ptr + part_stride + at, tl.sum(acc_l, axis=1), mask=p < P)
+        else:
+            q = q0
+            at = group * Q + q
+            tl.store(part_ptr + at, tl.sum(acc_k, axis=0), mask=q < Q)
+            tl.store(
+                part_ptr + part_stride + at, tl.sum(acc_l, axis=0), mask=q < Q)
+
+
+@triton.jit
+def eta_param_grad_kernel(part_ptr, l_ptr, out_ptr, S, C, part_stride,
+                          L_PER_CHANNEL: tl.constexpr, BLOCK_S: tl.constexpr,
+                          BLOCK_C: tl.constexpr):
+    """``out[0, c] = sum_s part[s, c] / l_c``, ``out[1, c] = sum_s
+    part[S + s, c] / l_c^2`` (fixed order: deterministic)."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_mask = c < C
+    acc_k = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+    acc_l = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s < S)[:, None] & c_mask[None, :]
+        offs = s[:, None] * C + c[None, :]
+        acc_k += tl.load(part_ptr + offs, mask=mask, other=0.0)
+        acc_l += tl.load(part_ptr + part_stride + offs, mask=mask, other=0.0)
+    if L_PER_CHANNEL:
+        lam = tl.load(l_ptr + c, mask=c_mask, other=1.0)
+    else:
+        lam = tl.load(l_ptr)
+    inv_l = 1.0 / lam
+    tl.store(out_ptr + c, tl.sum(acc_k, axis=0) * inv_l, mask=c_mask)
+    tl.store(
+        out_ptr + C + c, tl.sum(acc_l, axis=0) * inv_l * inv_l, mask=c_mask)
