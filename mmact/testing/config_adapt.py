@@ -343,6 +343,9 @@ def adapt_config(cfg: Config,
     if not found:
         raise ValueError('no num_classes in the model config')
     drop_pretrained(cfg.get('model'))
+    # Swin refuses maps smaller than its attention window unless it pads
+    # them (pad_small_map), and toy images give such maps.
+    _set_key(cfg.get('model'), 'pad_small_map', True)
     # Wrapped models (e.g. model=dict(type=..., model=dict(...))) included.
     for key, node in _model_cfgs(cfg.get('model')):
         _cap_rois(node)
