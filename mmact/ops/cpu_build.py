@@ -37,15 +37,18 @@ import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import (Callable, Dict, FrozenSet, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 import torch
 
 __all__ = [
     'ISAS', 'BuildKeyMismatch', 'cpu_model', 'cpu_flags', 'supported_isas',
     'host_isa', 'build_key', 'build_library', 'load_library', 'get_library',
-    'KernelLibrary', 'split_ranges', 'run_parallel', 'PRELUDE'
+    'KernelLibrary', 'split_ranges', 'run_parallel', 'PRELUDE',
+    'outputs_unused', 'outputs_needed'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -70,9 +73,12 @@ _ISA_CC_FLAGS = {
     'avx2': ['-mavx2', '-mfma'],
     'portable': [],
 }
+# -fno-tree-pre: partial redundancy elimination would specialise the
+# polynomial code for clamped arguments into extra divisions and blends
+# (3x slower gate loops on x86).
 _BASE_FLAGS = [
     '-O3', '-shared', '-fPIC', '-fopenmp-simd', '-fno-math-errno',
-    '-fno-trapping-math', '-ffp-contract=fast', '-std=gnu11'
+    '-fno-trapping-math', '-ffp-contract=fast', '-fno-tree-pre', '-std=gnu11'
 ]
 _KEY_SYMBOL = 'mmact_build_key'
 
@@ -415,3 +421,28 @@ def run_parallel(fn: Callable, ranges: Sequence[Tuple[int, int]],
     if len(ranges) > 1:
         for f in futures:
             f.result()
+
+
+_outputs = threading.local()
+
+
+@contextmanager
+def outputs_unused() -> Iterator[None]:
+    """Inside this context (this thread), forward kernels whose backward
+    needs only their inputs may return uninitialised outputs.
+
+    For callers that run a forward only to record its autograd graph, such
+    as :class:`mmact.models.backbones.recompute.RecomputeAct` rebuilding an
+    activation in backward.
+    """
+    before = getattr(_outputs, 'unused', False)
+    _outputs.unused = True
+    try:
+        yield
+    finally:
+        _outputs.unused = before
+
+
+def outputs_needed() -> bool:
+    """False inside :func:`outputs_unused`."""
+    return not getattr(_outputs, 'unused', False)

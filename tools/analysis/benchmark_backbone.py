@@ -9,9 +9,11 @@ momentum on the CPU, in one process:
 - the candidate with ``recompute_act=True`` (AGLU inputs rebuilt in backward
   from tensors BN / the attention product keep anyway)
 
-Time: wall-clock of ``zero_grad + forward + backward + step``; the two models
+Time: wall-clock of ``zero_grad + forward + backward + step``; the models
 alternate step by step (after warm-up) so that load from other processes on a
-shared machine hits both alike; the ratio of the medians is reported.
+shared machine hits all alike; ratios are taken per round and reported as the
+median with the min/max spread (method, heap allocator and machine line: see
+``bench_utils``).
 
 Peak memory: tracemalloc cannot see torch's allocations and process RSS mixes
 in allocator caching and the other model, so each model's step is profiled
@@ -24,7 +26,9 @@ parameters, optimizer state, activations saved for backward and gradients.
 A second, independent figure is the bytes of distinct storages saved for
 backward during the forward (``saved_tensors_hooks``).
 
-DESIGN §6 targets: time ratio <= 1.10, peak-memory ratio <= 1.03.
+Targets: time ratio <= 1.10, peak-memory ratio <= 1.03; the memory-lean
+mode is the default of ``ActResNet`` for activations that cannot run in
+place.
 
 Usage::
 
@@ -34,10 +38,9 @@ Usage::
 import argparse
 import json
 import os
-import statistics
+import os.path as osp
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -46,18 +49,23 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 
+import bench_utils  # noqa: E402
 import mmact  # noqa: E402,F401
 from mmact.models.backbones import ActResNet  # noqa: E402
 
 CONFIGS = {
-    'SE-R50 ReLU':
+    'SE-ResNet ReLU':
     dict(
         act_cfg=dict(type='ReLU', inplace=True),
         attention_cfg=dict(type='SEAttention')),
-    'APA*+AGLU R50':
-    dict(act_cfg=dict(type='AGLU'), attention_cfg=dict(type='APASELayer')),
-    'APA*+AGLU R50 recompute':
+    'APA*+AGLU (saves inputs)':
+    dict(
+        act_cfg=dict(type='AGLU'),
+        attention_cfg=dict(type='APASELayer'),
+        recompute_act=False),
+    'APA*+AGLU (memory-lean)':
     dict(
         act_cfg=dict(type='AGLU'),
         attention_cfg=dict(type='APASELayer'),
@@ -68,10 +76,10 @@ CONFIGS = {
 class Classifier(nn.Module):
     """Backbone + global average pooling + linear head."""
 
-    def __init__(self, **backbone_cfg) -> None:
+    def __init__(self, depth: int = 50, **backbone_cfg) -> None:
         super().__init__()
-        self.backbone = ActResNet(50, **backbone_cfg)
-        self.fc = nn.Linear(2048, 1000)
+        self.backbone = ActResNet(depth, **backbone_cfg)
+        self.fc = nn.Linear(self.backbone.feat_dim, 1000)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.backbone(x)[-1].mean((2, 3)))
@@ -127,58 +135,68 @@ def saved_bytes(model: nn.Module, images: torch.Tensor,
     return sum(n for ptr, n in seen.items() if ptr not in params)
 
 
-def main(argv: List[str] = None) -> Dict[str, Dict[str, float]]:
-    """Run the benchmark and print the ratios."""
+def parse_args(argv: List[str] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--batch', type=int, default=4)
     parser.add_argument('--size', type=int, default=224)
     parser.add_argument('--steps', type=int, default=5)
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--threads', type=int, default=2)
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        '--depth', type=int, default=50, help='ResNet depth (tests: 18)')
+    parser.add_argument(
+        '--no-allocator',
+        action='store_true',
+        help='keep the current allocator settings (no re-exec)')
+    return parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
+    """Run the benchmark, print the table and return the ratios."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     images = torch.randn(args.batch, 3, args.size, args.size)
     labels = torch.randint(0, 1000, (args.batch, ))
 
-    models = {name: Classifier(**cfg).train() for name, cfg in CONFIGS.items()}
+    models = {
+        name: Classifier(args.depth, **cfg).train()
+        for name, cfg in CONFIGS.items()
+    }
     steps = {n: make_step(m, images, labels) for n, m in models.items()}
-    for _ in range(args.warmup):
-        for step in steps.values():
-            step()
-    times: Dict[str, List[float]] = {name: [] for name in steps}
-    for _ in range(args.steps):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
+    times = bench_utils.interleaved(steps, args.steps, args.warmup)
     peaks = {name: peak_bytes(step) for name, step in steps.items()}
     saved = {n: saved_bytes(m, images, labels) for n, m in models.items()}
 
+    from mmact.ops.cpu_build import host_isa
     base = list(CONFIGS)[0]
-    print(f'torch {torch.__version__}, {args.threads} threads, input '
-          f'{args.batch}x3x{args.size}x{args.size}, {args.steps} timed steps')
+    result, rows = {}, []
     for name in CONFIGS:
-        print(f'{name:>24}: step median {statistics.median(times[name]):.3f}s'
-              f' (min {min(times[name]):.3f}s), peak {peaks[name] / 2**20:.1f}'
-              f' MiB, saved-for-backward {saved[name] / 2**20:.1f} MiB, '
-              f'params {sum(p.numel() for p in models[name].parameters())}')
-    result = {}
-    for cand in list(CONFIGS)[1:]:
-        ratios = dict(
-            time_ratio=statistics.median(times[cand]) /
-            statistics.median(times[base]),
-            time_ratio_min=min(times[cand]) / min(times[base]),
-            peak_memory_ratio=peaks[cand] / peaks[base],
-            saved_ratio=saved[cand] / saved[base])
-        result[cand] = ratios
-        print(f'{cand} / {base}: time ratio {ratios["time_ratio"]:.3f} '
-              f'(medians; {ratios["time_ratio_min"]:.3f} from minima; '
-              f'target <= 1.10), peak memory ratio '
-              f'{ratios["peak_memory_ratio"]:.3f} (target <= 1.03), '
-              f'saved-for-backward ratio {ratios["saved_ratio"]:.3f}')
+        ratio = bench_utils.round_ratios(times, name, base)
+        result[name] = dict(
+            time_ratio=ratio[0],
+            time_ratio_min=ratio[1],
+            time_ratio_max=ratio[2],
+            peak_memory_ratio=peaks[name] / peaks[base],
+            saved_ratio=saved[name] / saved[base])
+        rows.append(
+            (name, host_isa(), args.threads,
+             bench_utils.fmt_spread(bench_utils.spread(times[name]), 1, 3),
+             bench_utils.fmt_spread(ratio, 1, 3),
+             f'{peaks[name] / 2**20:.0f}',
+             f'{peaks[name] / peaks[base]:.3f}',
+             f'{saved[name] / saved[base]:.3f}'))
+    bench_utils.print_table(
+        f'ResNet-{args.depth} training step (fwd+bwd+SGD), batch '
+        f'{args.batch}x3x{args.size}x{args.size}, {args.steps} interleaved '
+        'rounds; targets: time ratio <= 1.10, peak memory ratio <= 1.03',
+        ('model', 'ISA', 'threads', 'step s median [min-max]',
+         f'ratio to {base} median [min-max]', 'peak MiB',
+         'peak memory ratio', 'saved-for-backward ratio'), rows,
+        args.threads)
     return result
 
 
 if __name__ == '__main__':
-    main()
+    cli_args = parse_args()
+    bench_utils.use_heap_allocator(not cli_args.no_allocator)
+    main(cli_args)

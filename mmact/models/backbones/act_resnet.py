@@ -36,7 +36,8 @@ from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from .recompute import can_fuse_residual, norm_act, residual_act
+from .recompute import (can_fuse_residual, default_recompute, norm_act,
+                        residual_act)
 from .reference_layout import check_pretrained_layout
 
 __all__ = [
@@ -237,7 +238,7 @@ class _ActResNetMixin:
                  depth: int,
                  act_cfg: dict = dict(type='ReLU', inplace=True),
                  attention_cfg: Optional[dict] = None,
-                 recompute_act: bool = False,
+                 recompute_act: Optional[bool] = None,
                  **kwargs) -> None:
         name = type(self).__name__
         if depth not in self.arch_settings:
@@ -264,7 +265,8 @@ class _ActResNetMixin:
         # Needed by the overridden builders, which upstream's __init__ calls.
         self.act_cfg = act_cfg
         self.attention_cfg = attention_cfg
-        self.recompute_act = recompute_act
+        self.recompute_act = (default_recompute(act_cfg)
+                              if recompute_act is None else recompute_act)
         super().__init__(depth, **kwargs)
 
     def make_res_layer(self, **kwargs) -> nn.Module:
@@ -339,12 +341,13 @@ class ActResNet(_ActResNetMixin, ResNet):
         attention_cfg (dict, optional): Layer applied to the residual branch
             before the add (after bn3 / bn2); built with ``in_channels``.
             Defaults to None (no attention).
-        recompute_act (bool): Keep activation memory at the level of an
-            in-place ReLU network: each block activation saves the tensors
-            its input is computed from (kept anyway by BN / the attention
-            product / the next conv) and rebuilds the input in backward, at
-            the cost of evaluating the activation twice. Leave False for
-            ReLU. Defaults to False.
+        recompute_act (bool, optional): Keep activation memory at the level
+            of an in-place ReLU network: each block activation saves the
+            tensors its input is computed from (kept anyway by BN / the
+            attention product / the next conv) and rebuilds the input in
+            backward, at the cost of one more elementwise pass. Defaults to
+            None: on unless ``act_cfg`` runs in place (see
+            :func:`~.recompute.default_recompute`).
         **kwargs: mmpretrain ``ResNet`` arguments (``out_indices``,
             ``frozen_stages``, ``norm_cfg``, ``norm_eval``, ``with_cp``,
             ``deep_stem``, ``init_cfg``, ...).

@@ -15,20 +15,49 @@ backward:
   and ``a`` are saved by the multiplication, ``identity`` by the next conv) or
   ``z = x * scale + shift + identity`` without attention.
 
-The activation is evaluated once more in backward (its own autograd gives the
-input and parameter gradients), so this trades time for memory; rebuilt
-inputs match the forward ones to float rounding.
+The activation's autograd graph is recorded once more in backward (its own
+backward gives the input and parameter gradients), so this trades time for
+memory; rebuilt inputs match the forward ones to float rounding. For APA and
+AGLU, whose backward needs only the input, the fused CPU kernel skips the
+repeated forward values (:func:`mmact.ops.cpu_build.outputs_unused`).
+
+:func:`default_recompute` is what :class:`~mmact.models.backbones.ActResNet`
+uses when ``recompute_act`` is not given: on for every activation that does
+not run in place.
 """
+import contextlib
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from mmact.models.activations.apa import AGLU, APA
+from mmact.ops.cpu_build import outputs_unused
+
 __all__ = [
     'RecomputeAct', 'bn_with_affine', 'recompute_act', 'norm_act',
-    'identity_sources', 'residual_act', 'can_fuse_residual'
+    'identity_sources', 'residual_act', 'can_fuse_residual',
+    'default_recompute'
 ]
+
+# Activations whose output comes straight from an op that saves only its
+# input: their repeated forward values are never read.
+_INPUT_ONLY_BACKWARD = (APA, AGLU)
+
+
+def default_recompute(act_cfg: dict) -> bool:
+    """Whether activation inputs are rebuilt in backward by default.
+
+    An in-place activation (``inplace=True``, e.g. ReLU) keeps no tensor of
+    its own, so there is nothing to save; every other activation keeps its
+    input, which the memory-lean path avoids at the cost of one more
+    elementwise pass in backward.
+
+    Args:
+        act_cfg (dict): The activation config.
+    """
+    return not act_cfg.get('inplace', False)
 
 
 class RecomputeAct(torch.autograd.Function):
@@ -49,7 +78,9 @@ class RecomputeAct(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         saved = ctx.saved_tensors
         sources, params = saved[:ctx.num_sources], saved[ctx.num_sources:]
-        with torch.enable_grad():
+        skip = (outputs_unused() if type(ctx.act) in _INPUT_ONLY_BACKWARD
+                else contextlib.nullcontext())
+        with torch.enable_grad(), skip:
             z = ctx.rebuild(*sources).detach().requires_grad_()
             # An in-place activation must not write into the leaf `z`.
             y = ctx.act(z.clone() if getattr(ctx.act, 'inplace', False) else z)

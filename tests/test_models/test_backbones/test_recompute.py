@@ -7,7 +7,9 @@ from mmengine.registry import MODELS
 
 import mmact  # noqa: F401
 from mmact.models.backbones import ActResNet
-from mmact.models.backbones.recompute import bn_with_affine
+from mmact.models.backbones.recompute import (bn_with_affine,
+                                              default_recompute)
+from mmact.ops.apa_cpu_kernel import get_kernel
 
 ACT = dict(type='AGLU') if MODELS.get('AGLU') else dict(type='PReLU')
 
@@ -16,7 +18,7 @@ def _pair(depth, **kw):
     kw = dict(
         act_cfg=ACT, out_indices=(0, 1, 2, 3), zero_init_residual=False, **kw)
     torch.manual_seed(0)
-    plain = ActResNet(depth, **kw).double()
+    plain = ActResNet(depth, recompute_act=False, **kw).double()
     fast = ActResNet(depth, recompute_act=True, **kw).double()
     fast.load_state_dict(plain.state_dict())
     for m in list(plain.modules()) + list(fast.modules()):
@@ -99,3 +101,40 @@ def test_bn_with_affine_and_fallbacks():
     model = ActResNet(
         18, recompute_act=True, norm_cfg=dict(type='GN', num_groups=8))
     model(torch.rand(1, 3, 64, 64))[0].sum().backward()
+
+
+def test_default_is_memory_lean_unless_in_place():
+    assert default_recompute(dict(type='AGLU'))
+    assert default_recompute(dict(type='ReLU'))
+    assert not default_recompute(dict(type='ReLU', inplace=True))
+    assert ActResNet(18, act_cfg=dict(type='AGLU')).recompute_act
+    assert not ActResNet(18).recompute_act  # in-place ReLU
+    assert not ActResNet(
+        18, act_cfg=dict(type='AGLU'), recompute_act=False).recompute_act
+
+
+@pytest.mark.skipif(
+    get_kernel() is None, reason='no C compiler: no fused CPU kernel')
+def test_float32_kernel_path_skips_repeated_forward(monkeypatch):
+    """AGLU's repeated forward in backward only records the graph: the
+    kernel is not run, and gradients equal the plain path's."""
+    torch.manual_seed(0)
+    kw = dict(act_cfg=dict(type='AGLU'), out_indices=(3, ))
+    plain = ActResNet(18, recompute_act=False, **kw).train()
+    fast = ActResNet(18, recompute_act=True, **kw).train()
+    fast.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    plain(x)[0].square().mean().backward()
+    kernel = get_kernel()
+    calls = []
+    real = kernel.lib.launch
+    monkeypatch.setattr(
+        kernel.lib, 'launch',
+        lambda name, *a: calls.append(name) or real(name, *a))
+    fast(x)[0].square().mean().backward()
+    forwards = sum(name == 'aglu_fwd' for name in calls)
+    backwards = sum(name == 'aglu_bwd' for name in calls)
+    assert backwards > 0 and forwards == backwards  # not 2x
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(
+            p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=name)

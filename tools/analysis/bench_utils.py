@@ -1,0 +1,157 @@
+"""Shared method of the CPU benchmarks in ``tools/analysis``.
+
+* **Allocator.** glibc serves every large tensor with a fresh ``mmap``
+  whose page faults dominate elementwise operators and vary several-fold
+  between runs on virtual machines. :func:`use_heap_allocator` re-executes
+  the benchmark once with jemalloc or tcmalloc preloaded when one is
+  installed, else with glibc settings that keep large blocks on the heap
+  (``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296
+  MALLOC_TOP_PAD_=268435456``), unless the environment already sets them.
+* **Timing.** Candidates and baselines run in interleaved rounds after a
+  warm-up (:func:`interleaved`), so load from other processes hits all of
+  them alike; tables give the median with the min/max spread, and ratios are
+  taken per round (candidate / baseline of the same round) and summarised
+  the same way.
+* **Context.** Every table carries the CPU model, the vector ISA of the
+  mmact kernels and of torch, the thread count, the allocator and the load
+  average (:func:`machine_line`).
+"""
+import ctypes.util
+import glob
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+GLIBC_HEAP = {
+    'MALLOC_MMAP_THRESHOLD_': '33554432',
+    'MALLOC_TRIM_THRESHOLD_': '4294967296',
+    'MALLOC_TOP_PAD_': '268435456',
+}
+_MARK = 'MMACT_BENCH_ALLOCATOR'
+
+
+def _find_preloadable() -> Optional[str]:
+    """Path of an installed jemalloc or tcmalloc shared library."""
+    for name in ('jemalloc', 'tcmalloc_minimal', 'tcmalloc'):
+        found = ctypes.util.find_library(name)
+        patterns = [f'/usr/lib/*/lib{name}.so*', f'/usr/lib/lib{name}.so*',
+                    f'/usr/local/lib/lib{name}.so*']
+        paths = [p for pat in patterns for p in sorted(glob.glob(pat))]
+        if found and not os.path.isabs(found):
+            paths = paths or [found]
+        if paths:
+            return paths[0]
+    return None
+
+
+def allocator() -> str:
+    """What serves this process's allocations, in words."""
+    preload = os.environ.get('LD_PRELOAD', '')
+    for name in ('jemalloc', 'tcmalloc'):
+        if name in preload:
+            return f'{name} (LD_PRELOAD={preload})'
+    if all(os.environ.get(k) == v for k, v in GLIBC_HEAP.items()):
+        return 'glibc, large blocks on the heap (' + ' '.join(
+            f'{k}={v}' for k, v in GLIBC_HEAP.items()) + ')'
+    if any(k in os.environ for k in GLIBC_HEAP):
+        return 'glibc (custom ' + ' '.join(
+            f'{k}={os.environ[k]}' for k in GLIBC_HEAP
+            if k in os.environ) + ')'
+    return 'glibc defaults (large tensors are fresh mmaps)'
+
+
+def use_heap_allocator(enabled: bool = True) -> None:
+    """Re-execute this script once with a heap-friendly allocator.
+
+    Does nothing when disabled, when already re-executed, or when the
+    environment already chooses (``LD_PRELOAD`` of jemalloc/tcmalloc or any
+    of the glibc ``MALLOC_*_`` settings).
+    """
+    if not enabled or os.environ.get(_MARK):
+        return
+    preload = os.environ.get('LD_PRELOAD', '')
+    if ('jemalloc' in preload or 'tcmalloc' in preload
+            or any(k in os.environ for k in GLIBC_HEAP)):
+        return
+    env = dict(os.environ)
+    env[_MARK] = '1'
+    lib = _find_preloadable()
+    if lib:
+        env['LD_PRELOAD'] = (f'{preload}:{lib}' if preload else lib)
+    else:
+        env.update(GLIBC_HEAP)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def machine_line(threads: Optional[int] = None) -> str:
+    """CPU model, kernel ISA, torch ISA, threads, allocator, load."""
+    from mmact.ops.cpu_build import cpu_model, host_isa
+    threads = torch.get_num_threads() if threads is None else threads
+    try:
+        load = '/'.join(f'{v:.2f}' for v in os.getloadavg())
+    except OSError:
+        load = '?'
+    return (f'CPU: {cpu_model()} ({os.cpu_count()} logical cores) | '
+            f'ISA: mmact kernels {host_isa()}, torch '
+            f'{torch.backends.cpu.get_cpu_capability()} | threads: {threads}'
+            f' | allocator: {allocator()} | load average (1/5/15 min): '
+            f'{load} | torch {torch.__version__}')
+
+
+def interleaved(cases: Dict[str, Callable[[], None]],
+                repeats: int,
+                warmup: int = 2) -> Dict[str, List[float]]:
+    """Seconds of every case over ``repeats`` interleaved rounds."""
+    for _ in range(warmup):
+        for call in cases.values():
+            call()
+    times: Dict[str, List[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, call in cases.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def spread(values: Sequence[float]) -> Tuple[float, float, float]:
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def round_ratios(times: Dict[str, List[float]], name: str,
+                 base: str) -> Tuple[float, float, float]:
+    """(median, min, max) of per-round ratios ``name / base``."""
+    return spread([a / b for a, b in zip(times[name], times[base])])
+
+
+def print_table(title: str, header: Sequence[str],
+                rows: Sequence[Sequence], threads: int) -> None:
+    """Markdown table preceded by its title and :func:`machine_line`."""
+    print(f'\n### {title}')
+    print(machine_line(threads))
+    print()
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [
+        max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+        for i, h in enumerate(header)
+    ]
+    print('| ' + ' | '.join(h.ljust(w) for h, w in zip(header, widths)) +
+          ' |')
+    print('|' + '|'.join('-' * (w + 2) for w in widths) + '|')
+    for row in cells:
+        print('| ' + ' | '.join(c.ljust(w) for c, w in zip(row, widths)) +
+              ' |')
+    sys.stdout.flush()
+
+
+def fmt_spread(values: Tuple[float, float, float], scale: float = 1.0,
+               digits: int = 2) -> str:
+    """``median [min-max]``."""
+    med, lo, hi = (v * scale for v in values)
+    return f'{med:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]'
