@@ -15,7 +15,7 @@ import pytest
 import torch
 
 HERE = Path(__file__).resolve().parent
-CASES = ['triton_apa_cases.py']
+CASES = ['triton_apa_cases.py', 'triton_fles_cases.py']
 
 
 def run_cases(cases: str, device: str) -> None:
@@ -100,3 +100,17 @@ def test_apa_kernels_compile(axis, per_channel):
             C='i32',
             part_stride='i32'),
         dict(L_PER_CHANNEL=True, BLOCK_S=64, BLOCK_C=64))
+
+
+def test_fles_kernels_compile():
+    pytest.importorskip('triton')
+    from mmact.ops.triton import fles_kernels as kernels
+    maps = dict(x_ptr='*bf16', g_ptr='*bf16', gx_ptr='*bf16')
+    windows = dict(kv_ptr='*fp32', ko_ptr='*fp32', q_ptr='*fp32', cst='fp32')
+    geometry = {
+        name: 'i32'
+        for name in ('H', 'W', 'kh', 'kw', 'nh', 'nw', 'n_cb', 'CW')
+    }
+    _compile_for_hopper(kernels.fles_grad_kernel,
+                        dict(**maps, **windows, **geometry),
+                        dict(GATE=2, POSITIVE=True, BLOCK_R=16, BLOCK_W=128))

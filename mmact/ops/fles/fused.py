@@ -18,6 +18,9 @@ in the fused C kernel of :mod:`.cpu_kernel` instead (one loop per pass: window
 statistics, gate application, gate backward with the window sums, indicator
 backward), for the gates and indicators it covers; the rest stays in torch.
 Each stage is labelled for ``torch.profiler`` (``fles.*``).
+
+CUDA tensors with tiles or a global window and the ``positive`` / ``mean``
+indicators run on the Triton kernels of :mod:`mmact.ops.triton.fles`.
 """
 from typing import Optional, Sequence, Tuple
 
@@ -27,6 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
+from ..triton import use_triton
 from .cpu_kernel import FleSCpuKernel, get_fles_kernel
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
 from .geometry import (WindowGeometry, window_area, window_coverage,
@@ -352,6 +356,11 @@ def fles_fused(x: Tensor,
     if x.dim() != 4:
         raise ValueError(f'fles_fused expects (N, C, H, W), got {x.shape}')
     x = x.contiguous()
+    if use_triton(x):
+        from ..triton import fles as triton_fles  # imports triton
+        if triton_fles.supported(geom, gate, mode):
+            return triton_fles.fles_triton(x, geom, params, gate, mode,
+                                           scale_fn)
     plane = x.shape[-2] * x.shape[-1] * x.element_size()
     block = max(1, block_bytes // max(plane, 1))
     if mode != 'softplus':
