@@ -19,10 +19,13 @@ model = dict(
         type='mmpretrain.PoolFormer',
         arch='s12',
         act_cfg=dict(type='GELU'),
-        # outputs of the four stages (network positions 0, 2, 4, 6; the odd
+        # outputs of stages 2-4 (network positions 2, 4, 6; the odd
         # positions are the downsampling layers), each through its own
-        # GroupNorm, as in the PoolFormer detection setup
-        out_indices=(0, 2, 4, 6),
+        # GroupNorm. The PoolFormer detection setup also takes stage 1
+        # (position 0) and has the FPN skip it (start_level=1), which leaves
+        # that output's GroupNorm without gradient and stops DDP; the
+        # network is the same without it.
+        out_indices=(2, 4, 6),
         # mmpretrain's default frozen_stages=0 freezes the patch embedding;
         # the PoolFormer detection setup fine-tunes the whole backbone
         frozen_stages=-1,
@@ -30,7 +33,9 @@ model = dict(
         init_cfg=dict(
             type='Pretrained', checkpoint=gelu_checkpoint,
             prefix='backbone.')),
-    neck=dict(in_channels=[64, 128, 320, 512]))
+    # three laterals (strides 8-32) and two extra convs on the last input,
+    # as RetinaNet's FPN with start_level=1 on four inputs
+    neck=dict(in_channels=[128, 320, 512], start_level=0, num_outs=5))
 
 # The paper replaces the 1x schedule's SGD by AdamW (App. J). Norms, biases
 # and 1-D parameters (layer scales) get no decay, as in the ImageNet recipe.
