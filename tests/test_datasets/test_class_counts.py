@@ -47,10 +47,9 @@ def test_image_counts_from_labels_count_each_image_once():
 
 
 @pytest.fixture(scope='module')
-def toy_lvis(tmp_path_factory):
-    from mmact.testing import generate_lvis
-    root = generate_lvis(
-        str(tmp_path_factory.mktemp('lvis')),
+def toy_lvis(toy_data_root):
+    root = toy_data_root(
+        'lvis',
         num_train=24,
         num_val=4,
         image_size=(64, 64),
@@ -62,10 +61,9 @@ def toy_lvis(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def toy_coco(tmp_path_factory):
-    from mmact.testing import generate_coco
-    root = generate_coco(
-        str(tmp_path_factory.mktemp('coco')),
+def toy_coco(toy_data_root):
+    root = toy_data_root(
+        'coco',
         num_train=12,
         num_val=2,
         image_size=(64, 64),

@@ -11,7 +11,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmact.testing import adapt_config, generate_classification, generate_lvis
+from mmact.testing import adapt_config
 
 REPO = Path(__file__).resolve().parents[2]
 APASE_LT = REPO / ('configs/imagenet/'
@@ -51,13 +51,12 @@ def save_checkpoint(config, path, edit=None):
 
 
 @pytest.fixture(scope='module')
-def cls_configs(tmp_path_factory):
+def cls_configs(tmp_path_factory, toy_data_root):
     """APA* + AGLU ResNet-50 and FleS PoolFormer on a toy long-tailed set
     (training counts 8, 5, 3, 2, 1 for the 5 classes)."""
     base = tmp_path_factory.mktemp('analysis_cls')
-    root = generate_classification(str(base / 'cls'), num_classes=5,
-                                   imbalance=8, max_per_class=8,
-                                   num_val_per_class=2, image_size=(64, 64))
+    root = toy_data_root('cls', num_classes=5, imbalance=8, max_per_class=8,
+                         num_val_per_class=2, image_size=(64, 64))
     paths = {}
     for key, config in (('apase', APASE_LT), ('fles', FLES_CLS)):
         cfg = adapt_config(Config.fromfile(str(config)), root, 5,
@@ -187,9 +186,9 @@ def test_logit_distribution_classifier(cls_configs, tmp_path):
 
 
 @pytest.fixture(scope='module')
-def lvis_config(tmp_path_factory):
+def lvis_config(tmp_path_factory, toy_data_root):
     base = tmp_path_factory.mktemp('analysis_lvis')
-    root = generate_lvis(str(base / 'lvis'), num_train=6, num_val=2,
+    root = toy_data_root('lvis', num_train=6, num_val=2,
                          image_size=(128, 96), num_classes=10)
     cfg = adapt_config(Config.fromfile(str(APASE_LVIS)), root, 10,
                        work_dir=str(base / 'work'), batch_size=1)

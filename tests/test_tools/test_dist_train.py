@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmact.testing import generate_coco
-
 REPO = Path(__file__).resolve().parents[2]
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
 
@@ -38,10 +36,11 @@ def metrics(log: str) -> dict:
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, toy_data_root):
     """Two processes train one epoch (4 iterations each) and validate."""
     cwd = tmp_path_factory.mktemp('dist')
-    generate_coco(str(cwd / 'data' / 'toy_coco'))
+    (cwd / 'data').mkdir()
+    (cwd / 'data' / 'toy_coco').symlink_to(toy_data_root('coco'))
     config = cwd / 'probe.py'
     config.write_text(
         f"_base_ = '{TOY_COCO}'\n"

@@ -4,12 +4,11 @@ import pytest
 import torch
 
 import mmact  # noqa: F401  (applies the lvis numpy shim)
-from mmact.testing import generate_lvis
 
 
 @pytest.fixture(scope='module')
-def lvis_root(tmp_path_factory):
-    return generate_lvis(str(tmp_path_factory.mktemp('data') / 'toy_lvis'))
+def lvis_root(toy_data_root):
+    return toy_data_root('lvis')
 
 
 def evaluate(root, degrade=None):

@@ -18,12 +18,12 @@ def _mmdet_config(name):
 
 
 @pytest.mark.slow
-def test_mask_rcnn_act_resnet_trains_and_evaluates(tmp_path):
+def test_mask_rcnn_act_resnet_trains_and_evaluates(toy_data_root, tmp_path):
     from mmengine.runner import Runner
 
-    from mmact.testing import generate_coco, toy_classes
-    data_root = generate_coco(
-        str(tmp_path / 'coco'),
+    from mmact.testing import toy_classes
+    data_root = toy_data_root(
+        'coco',
         num_train=4,
         num_val=2,
         image_size=(96, 64),

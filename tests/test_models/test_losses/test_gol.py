@@ -247,10 +247,9 @@ def test_class_image_counts_option_and_length_check():
 
 
 @pytest.fixture(scope='module')
-def toy_lvis(tmp_path_factory):
-    from mmact.testing import generate_lvis
-    root = generate_lvis(
-        str(tmp_path_factory.mktemp('lvis')),
+def toy_lvis(toy_data_root):
+    root = toy_data_root(
+        'lvis',
         num_train=24,
         num_val=4,
         image_size=(64, 64),
