@@ -1,12 +1,19 @@
-"""mmact: learnable activations and activation-based attention for OpenMMLab."""
-from .utils.compat import (allow_mmengine_checkpoint_globals, check_mmcv,
-                           patch_lvis_numpy)
+"""mmact: learnable activations and activation-based attention for OpenMMLab.
+
+``import mmact`` (or ``custom_imports=dict(imports=['mmact'])``) registers
+mmact's components; the ones built on mmdet / mmpretrain models load when
+those registries are first used (see :mod:`mmact.registry`).
+"""
+from . import datasets, engine, evaluation, models  # noqa: F401 (registers)
+from .registry import UPSTREAM_MODEL_MODULES, import_on_first_lookup
+from .utils.compat import allow_mmengine_checkpoint_globals, patch_lvis_numpy
 from .version import __version__, version_info
 
-check_mmcv()
-patch_lvis_numpy()
+for _module, _registries in UPSTREAM_MODEL_MODULES.items():
+    import_on_first_lookup(_module, *_registries)
 allow_mmengine_checkpoint_globals()
+patch_lvis_numpy()
 
-from . import engine, evaluation, models  # noqa: E402  (registers components)
-
-__all__ = ['__version__', 'version_info', 'engine', 'evaluation', 'models']
+__all__ = [
+    '__version__', 'version_info', 'datasets', 'engine', 'evaluation', 'models'
+]

@@ -1,13 +1,59 @@
-"""Where mmact components are registered.
+"""Where mmact components are registered, and when their modules load.
 
 Registration is by decorator, in the registry of the codebase a component
 belongs to:
 
-- mmengine's root ``MODELS`` / ``HOOKS`` / ``METRICS``: activations,
-  attention layers and the hooks and metrics any codebase can use. Child
-  registries (mmdet, mmpretrain, mmseg, ...) search their parent, so
-  ``act_cfg=dict(type='AGLU')`` resolves under any default scope.
+- mmengine's root ``MODELS`` / ``HOOKS`` / ``METRICS`` / ...: activations,
+  attention layers and the hooks, metrics and optimizer parts any codebase
+  can use. Child registries (mmdet, mmpretrain, mmseg, ...) search their
+  parent, so ``act_cfg=dict(type='AGLU')`` resolves under any default scope.
 - ``mmdet.registry`` / ``mmpretrain.registry``: parts built on those
-  codebases' classes. A name never resolves in a sibling registry, so
-  ``ActResNet`` is registered in both.
+  codebases' classes. A name never resolves in a sibling registry, so the
+  backbones are registered in both.
+
+The modules in :data:`UPSTREAM_MODEL_MODULES` subclass mmdet / mmpretrain
+models, and importing those codebases' model packages takes seconds.
+``import mmact`` therefore adds them to the import locations of their
+registries (:func:`import_on_first_lookup`): mmengine imports a registry's
+locations the first time it looks a name up (``Registry.get``, hence every
+``build``), so a config names ``type='ActResNet'`` as usual and only runs
+that use the mmdet / mmpretrain registries import them.
 """
+import importlib
+from typing import Dict, Tuple
+
+from mmdet.registry import MODELS as MMDET_MODELS
+from mmengine.registry import Registry
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
+__all__ = ['UPSTREAM_MODEL_MODULES', 'import_on_first_lookup']
+
+#: mmact module -> the registries its decorators register into.
+UPSTREAM_MODEL_MODULES: Dict[str, Tuple[Registry, ...]] = {
+    'mmact.models.backbones': (MMDET_MODELS, MMPRETRAIN_MODELS),
+    'mmact.models.heads': (MMPRETRAIN_MODELS, ),
+    'mmact.models.losses': (MMDET_MODELS, ),
+}
+
+
+def import_on_first_lookup(module: str, *registries: Registry) -> None:
+    """Import ``module`` when one of ``registries`` first looks a name up.
+
+    Uses mmengine's import locations of a registry (the ``locations``
+    argument of ``Registry``, imported by ``Registry.import_from_location``
+    on the first ``get``). A registry that has looked names up already will
+    not import its locations again, so then ``module`` is imported now.
+
+    Args:
+        module (str): Module whose decorators register into ``registries``.
+        *registries (Registry): The registries (children of mmengine's root
+            registries, which have import locations).
+    """
+    if any(registry._imported for registry in registries):
+        importlib.import_module(module)
+        return
+    for registry in registries:
+        if module not in registry._locations:
+            # A new list: mmengine's default ``locations=[]`` is one list
+            # object shared by every registry created without locations.
+            registry._locations = [*registry._locations, module]

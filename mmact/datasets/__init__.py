@@ -1,9 +1,8 @@
 from .class_counts import (SHOT_GROUPS, ClassImageCounts,
                            class_counts_from_ann_file,
                            image_counts_from_annotations,
-                           image_counts_from_dataset,
-                           image_counts_from_labels, shot_groups,
-                           unwrap_datasets)
+                           image_counts_from_dataset, image_counts_from_labels,
+                           shot_groups, unwrap_datasets)
 
 __all__ = [
     'ClassImageCounts', 'SHOT_GROUPS', 'unwrap_datasets',

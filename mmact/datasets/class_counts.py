@@ -194,8 +194,8 @@ def _leaf_counts(dataset: Any, source: str) -> ClassImageCounts:
     if source == 'image_count':
         raise ValueError(f'{type(dataset).__name__} has no LVIS-style '
                          '"image_count" category info (use source="count")')
-    num_classes = len(cat_ids if cat_ids is not None else dataset.
-                      metainfo['classes'])
+    num_classes = len(
+        cat_ids if cat_ids is not None else dataset.metainfo['classes'])
     counts, num_images = image_counts_from_labels(
         (_sample_labels(dataset.get_data_info(i))
          for i in range(len(dataset))), num_classes)
@@ -299,6 +299,7 @@ def shot_groups(counts: Sequence[int],
         raise ValueError(f'few_threshold ({few_threshold}) must not exceed '
                          f'many_threshold ({many_threshold})')
     return [
-        'many' if n > many_threshold else 'few' if n < few_threshold else
-        'medium' for n in counts
+        'many'
+        if n > many_threshold else 'few' if n < few_threshold else 'medium'
+        for n in counts
     ]

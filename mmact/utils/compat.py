@@ -15,8 +15,12 @@ __all__ = [
 MMCV_MIN, MMCV_MAX = '2.0.0rc4', '2.2.0'
 
 # numpy 2 removed these aliases of Python builtins; lvis 0.5.3 still uses np.float.
-_REMOVED_NUMPY_ALIASES = {'float': float, 'int': int, 'bool': bool,
-                          'object': object}
+_REMOVED_NUMPY_ALIASES = {
+    'float': float,
+    'int': int,
+    'bool': bool,
+    'object': object
+}
 
 
 def check_mmcv() -> None:
@@ -122,9 +126,8 @@ def allow_mmengine_checkpoint_globals() -> None:
     from mmengine.utils import digit_version
     if digit_version(torch.__version__) < digit_version('2.6.0'):
         return  # older torch unpickles fully by default
-    multiarray = importlib.import_module(
-        'numpy._core.multiarray' if hasattr(np, '_core') else
-        'numpy.core.multiarray')
+    multiarray = importlib.import_module('numpy._core.multiarray' if hasattr(
+        np, '_core') else 'numpy.core.multiarray')
     reconstruct, scalar = multiarray._reconstruct, multiarray.scalar
     # numpy >= 1.25 builds each dtype as its own class (Float64DType, ...)
     numeric_dtypes = {

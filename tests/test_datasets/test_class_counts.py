@@ -14,9 +14,8 @@ from mmact.datasets import (class_counts_from_ann_file,
 
 def test_shot_groups_thresholds():
     # ImageNet-LT protocol: many > 100, medium 20..100, few < 20
-    assert shot_groups([101, 100, 20, 19, 0]) == [
-        'many', 'medium', 'medium', 'few', 'few'
-    ]
+    assert shot_groups([101, 100, 20, 19,
+                        0]) == ['many', 'medium', 'medium', 'few', 'few']
     assert shot_groups([5, 3, 1], 4, 2) == ['many', 'medium', 'few']
     with pytest.raises(ValueError, match='few_threshold'):
         shot_groups([1], many_threshold=10, few_threshold=20)
@@ -25,22 +24,28 @@ def test_shot_groups_thresholds():
 def test_counts_from_text_and_json(tmp_path):
     text = tmp_path / 'train.txt'
     text.write_text('a/x 1.jpg 0\nb.jpg 2\nc.jpg 2\n\n')  # label is last
-    np.testing.assert_array_equal(class_counts_from_ann_file(str(text)),
-                                  [1, 0, 2])
+    np.testing.assert_array_equal(
+        class_counts_from_ann_file(str(text)), [1, 0, 2])
     np.testing.assert_array_equal(
         class_counts_from_ann_file(str(text), num_classes=5), [1, 0, 2, 0, 0])
     data = tmp_path / 'train.json'
-    data.write_text(json.dumps(dict(metainfo={}, data_list=[
-        dict(img_path='a', gt_label=1), dict(img_path='b', gt_label=[1])])))
-    np.testing.assert_array_equal(class_counts_from_ann_file(str(data)),
-                                  [0, 2])
+    data.write_text(
+        json.dumps(
+            dict(
+                metainfo={},
+                data_list=[
+                    dict(img_path='a', gt_label=1),
+                    dict(img_path='b', gt_label=[1])
+                ])))
+    np.testing.assert_array_equal(
+        class_counts_from_ann_file(str(data)), [0, 2])
     with pytest.raises(FileNotFoundError, match='train_ann_file'):
         class_counts_from_ann_file(str(tmp_path / 'missing.txt'))
 
 
 def test_image_counts_from_labels_count_each_image_once():
-    counts, num_images = image_counts_from_labels(
-        [[0, 0, 2], [], [2], [1, 2]], num_classes=4)
+    counts, num_images = image_counts_from_labels([[0, 0, 2], [], [2], [1, 2]],
+                                                  num_classes=4)
     assert counts == [1, 1, 3, 0] and num_images == 3
     with pytest.raises(ValueError, match=r'label 4 outside \[0, 4\)'):
         image_counts_from_labels([[4]], num_classes=4)
@@ -49,11 +54,7 @@ def test_image_counts_from_labels_count_each_image_once():
 @pytest.fixture(scope='module')
 def toy_lvis(toy_data_root):
     root = toy_data_root(
-        'lvis',
-        num_train=24,
-        num_val=4,
-        image_size=(64, 64),
-        num_classes=20)
+        'lvis', num_train=24, num_val=4, image_size=(64, 64), num_classes=20)
     ann = os.path.join(root, 'annotations', 'lvis_v1_train.json')
     with open(ann) as f:
         data = json.load(f)
@@ -63,11 +64,7 @@ def toy_lvis(toy_data_root):
 @pytest.fixture(scope='module')
 def toy_coco(toy_data_root):
     root = toy_data_root(
-        'coco',
-        num_train=12,
-        num_val=2,
-        image_size=(64, 64),
-        num_classes=6)
+        'coco', num_train=12, num_val=2, image_size=(64, 64), num_classes=6)
     ann = os.path.join(root, 'annotations', 'instances_train2017.json')
     with open(ann) as f:
         data = json.load(f)
@@ -145,8 +142,8 @@ def test_counts_from_coco_dataset_are_counted(toy_coco):
 def test_counts_from_classification_dataset(tmp_path):
     from mmpretrain.datasets import CustomDataset
     labels = [0, 0, 0, 2, 1, 2]
-    (tmp_path / 'train.txt').write_text(''.join(
-        f'img_{i}.jpg {c}\n' for i, c in enumerate(labels)))
+    (tmp_path / 'train.txt').write_text(''.join(f'img_{i}.jpg {c}\n'
+                                                for i, c in enumerate(labels)))
     ds = CustomDataset(
         data_root=str(tmp_path),
         ann_file='train.txt',

@@ -10,8 +10,8 @@ from mmengine.registry import DefaultScope
 import mmact  # noqa: F401
 from mmact.models.backbones import ActResNet
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'tools' /
-                       'model_converters'))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[2] / 'tools' / 'model_converters'))
 try:
     import apa_to_mmact
     from apa_to_mmact import (convert_apa_backbone, convert_apa_checkpoint,

@@ -75,8 +75,8 @@ class _Points(torch.utils.data.Dataset):
         return 4
 
     def __getitem__(self, i):
-        return dict(inputs=torch.tensor([float(i)]),
-                    targets=torch.tensor(2.0 * i))
+        return dict(
+            inputs=torch.tensor([float(i)]), targets=torch.tensor(2.0 * i))
 
 
 def _runner(work_dir, max_epochs, **kwargs):
@@ -87,8 +87,7 @@ def _runner(work_dir, max_epochs, **kwargs):
             dataset=_Points(),
             sampler=dict(type='DefaultSampler', shuffle=False),
             batch_size=2),
-        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01,
-                                          momentum=0.9)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01, momentum=0.9)),
         param_scheduler=dict(type='MultiStepLR', milestones=[1]),
         train_cfg=dict(by_epoch=True, max_epochs=max_epochs),
         default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
@@ -105,8 +104,8 @@ def test_runner_checkpoints_load_weights_only_and_resume(tmp_path):
     loss = checkpoint['message_hub']['log_scalars']['train/loss']
     assert isinstance(loss, HistoryBuffer) and np.isfinite(loss.mean())
     assert checkpoint['meta']['epoch'] == 1
-    runner = _runner(tmp_path / 'second', max_epochs=2, load_from=str(path),
-                     resume=True)
+    runner = _runner(
+        tmp_path / 'second', max_epochs=2, load_from=str(path), resume=True)
     runner.train()
     assert runner.epoch == 2 and runner.iter == 4
     torch.testing.assert_close(

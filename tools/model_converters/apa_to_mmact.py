@@ -332,7 +332,6 @@ def convert_apa_checkpoint(checkpoint: dict,
     return dict(state_dict=out, meta=meta), report
 
 
-
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])

@@ -84,4 +84,3 @@ class GOLFrequencyHook(Hook):
             f'GOLFrequencyHook: {len(counts)} classes over {num_images} '
             f'annotated training images set on {len(targets)} loss(es)' +
             (f'; {int(rare.sum())} rare' if rare is not None else ''))
-

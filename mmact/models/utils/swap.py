@@ -28,9 +28,7 @@ import torch
 import torch.nn as nn
 from mmengine.registry import MODELS
 
-__all__ = [
-    'swap_activations', 'untie_activations', 'known_shared_activations'
-]
+__all__ = ['swap_activations', 'untie_activations', 'known_shared_activations']
 
 TypeSpec = Union[str, Type[nn.Module]]
 
@@ -210,4 +208,3 @@ def swap_activations(model: nn.Module,
             setattr(parent, child_name, new_by_old[id(child)])
             swapped.append(full)
     return swapped
-

@@ -12,8 +12,10 @@ from mmact.evaluation import ShotAccuracy
 
 def samples(pairs):
     return [
-        dict(pred_label=torch.tensor([p]), gt_label=torch.tensor([g]),
-             pred_score=torch.zeros(4)) for p, g in pairs
+        dict(
+            pred_label=torch.tensor([p]),
+            gt_label=torch.tensor([g]),
+            pred_score=torch.zeros(4)) for p, g in pairs
     ]
 
 

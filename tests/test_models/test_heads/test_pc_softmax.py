@@ -14,7 +14,8 @@ def ann_file(tmp_path):
     path = tmp_path / 'train.txt'
     # counts 6, 3, 1 -> prior 0.6, 0.3, 0.1
     labels = [0] * 6 + [1] * 3 + [2]
-    path.write_text(''.join(f'img_{i}.jpg {c}\n' for i, c in enumerate(labels)))
+    path.write_text(''.join(f'img_{i}.jpg {c}\n'
+                            for i, c in enumerate(labels)))
     return str(path)
 
 
@@ -32,8 +33,8 @@ def test_predictions_are_compensated_and_training_is_not(ann_file):
     from mmpretrain.models.heads import LinearClsHead
     from mmpretrain.structures import DataSample
     torch.manual_seed(0)
-    head = build(dict(HEAD, type='PCSoftmaxLinearClsHead',
-                      train_ann_file=ann_file))
+    head = build(
+        dict(HEAD, type='PCSoftmaxLinearClsHead', train_ann_file=ann_file))
     plain = build(HEAD)
     plain.load_state_dict(head.state_dict())  # same keys, same weights
     assert isinstance(head, LinearClsHead)
@@ -46,16 +47,21 @@ def test_predictions_are_compensated_and_training_is_not(ann_file):
     torch.testing.assert_close(plain_scores, F.softmax(z, 1))
     # the loss (training) uses the raw logits
     samples = [DataSample().set_gt_label(i % 3) for i in range(5)]
-    torch.testing.assert_close(head.loss(feats, samples)['loss'],
-                               plain.loss(feats, samples)['loss'])
+    torch.testing.assert_close(
+        head.loss(feats, samples)['loss'],
+        plain.loss(feats, samples)['loss'])
 
 
 def test_cosine_head_is_compensated(ann_file):
-    cosine = dict(type='ArcFaceClsHead', num_classes=3, in_channels=4,
-                  scale=16.0, margins=0.0)
+    cosine = dict(
+        type='ArcFaceClsHead',
+        num_classes=3,
+        in_channels=4,
+        scale=16.0,
+        margins=0.0)
     torch.manual_seed(0)
-    head = build(dict(cosine, type='PCSoftmaxArcFaceClsHead',
-                      train_ann_file=ann_file))
+    head = build(
+        dict(cosine, type='PCSoftmaxArcFaceClsHead', train_ann_file=ann_file))
     plain = build(cosine)
     plain.load_state_dict(head.state_dict())
     feats = (torch.randn(5, 4), )
@@ -64,8 +70,8 @@ def test_cosine_head_is_compensated(ann_file):
 
 
 def test_checkpoint_keys_copies_and_pickle(ann_file):
-    head = build(dict(HEAD, type='PCSoftmaxLinearClsHead',
-                      train_ann_file=ann_file))
+    head = build(
+        dict(HEAD, type='PCSoftmaxLinearClsHead', train_ann_file=ann_file))
     assert set(head.state_dict()) == set(build(HEAD).state_dict())
     twin = copy.deepcopy(head)
     assert type(twin) is type(head)

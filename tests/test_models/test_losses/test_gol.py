@@ -249,11 +249,7 @@ def test_class_image_counts_option_and_length_check():
 @pytest.fixture(scope='module')
 def toy_lvis(toy_data_root):
     root = toy_data_root(
-        'lvis',
-        num_train=24,
-        num_val=4,
-        image_size=(64, 64),
-        num_classes=20)
+        'lvis', num_train=24, num_val=4, image_size=(64, 64), num_classes=20)
     ann = os.path.join(root, 'annotations', 'lvis_v1_train.json')
     with open(ann) as f:
         data = json.load(f)
@@ -275,8 +271,9 @@ def test_freq_file_is_read_when_the_loss_is_built(toy_lvis):
     torch.testing.assert_close(loss.class_freq, expected)
     # the forward reads no file: a loss built from the file keeps working
     # when the file is gone
-    with mock.patch('mmact.datasets.class_counts.load',
-                    side_effect=AssertionError('file read in forward')):
+    with mock.patch(
+            'mmact.datasets.class_counts.load',
+            side_effect=AssertionError('file read in forward')):
         out = loss(torch.randn(4, 20), torch.tensor([0, 3, 20, 20]))
     assert torch.isfinite(out)
     # explicit counts win over the file, as before
