@@ -1,30 +1,66 @@
-"""Evaluate a checkpoint of a detector (mmdet) or classifier (mmpretrain)."""
+"""Evaluate a checkpoint of a detector (mmdet) or classifier (mmpretrain).
+
+Same command line as mmdet's tools/test.py, plus ``--allow-partial``.
+"""
 import argparse
 import os
 import os.path as osp
+import sys
+import warnings
+from copy import deepcopy
+from typing import Optional
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config, ConfigDict, DictAction
 from mmengine.registry import METRICS, RUNNERS
 from mmengine.runner import Runner
 
-import mmact  # noqa: F401  (registers mmact components and compat fixes)
+import mmact  # noqa: F401  (registers mmact components)
+from mmact.engine.hooks import CheckpointMismatchError
 from mmact.utils import setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
-                                   load_config)
+                                   load_config, unknown_type_hint)
 
 # Metric that dumps raw predictions to a pickle, per library.
 DUMP_METRICS = {'mmdet': 'DumpDetResults', 'mmpretrain': 'ResultsDumper'}
+# Test-time augmentation used when the config has no tta_model (the
+# defaults of mmdet's and mmpretrain's tools/test.py).
+TTA_MODELS = {
+    'mmdet':
+    dict(
+        type='DetTTAModel',
+        tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+                     max_per_img=100)),
+    'mmpretrain':
+    dict(type='mmpretrain.AverageClsScoreTTA'),
+}
+DET_TTA_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape',
+                     'scale_factor', 'flip', 'flip_direction')
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Test (and eval) a model')
     parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        'checkpoint', help='checkpoint file, URL or scheme:// path')
     parser.add_argument('--work-dir', help='the dir to save evaluation logs')
     parser.add_argument(
         '--out', help='dump predictions to this pickle file (.pkl)')
     parser.add_argument(
+        '--show', action='store_true', help='show prediction results')
+    parser.add_argument(
         '--show-dir', help='save images with drawn predictions in this dir')
+    parser.add_argument(
+        '--wait-time', type=float, default=2, help='the interval of show (s)')
+    parser.add_argument(
+        '--tta',
+        action='store_true',
+        help='test-time augmentation: the config\'s tta_model / '
+        'tta_pipeline, or horizontal flip by default')
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='test even if the checkpoint leaves model weights unloaded or '
+        'has keys the model lacks (mmengine warns and goes on)')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -41,16 +77,65 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def enable_visualization(cfg: Config, show_dir: str) -> None:
-    """Switch on the config's visualization hook, writing to ``show_dir``."""
+def enable_visualization(cfg: Config,
+                         show_dir: Optional[str] = None,
+                         show: bool = False,
+                         wait_time: float = 2) -> None:
+    """Switch on the config's visualization hook.
+
+    Args:
+        cfg (Config): Updated in place.
+        show_dir (str, optional): Where drawn images go (under the run's
+            work dir / timestamp, as in mmdet).
+        show (bool): Show each image in a window.
+        wait_time (float): Seconds each shown image stays.
+    """
     hook = cfg.get('default_hooks', {}).get('visualization')
     if hook is None:
-        raise RuntimeError('--show-dir needs default_hooks.visualization in '
-                           'the config.')
-    if hook['type'] == 'DetVisualizationHook':
-        hook.update(draw=True, test_out_dir=show_dir)
-    else:
-        hook.update(enable=True, out_dir=show_dir)
+        raise RuntimeError('--show / --show-dir need '
+                           'default_hooks.visualization in the config.')
+    if hook['type'].split('.')[-1] == 'DetVisualizationHook':
+        hook.update(draw=True)
+        if show_dir:
+            hook.update(test_out_dir=show_dir)
+    else:  # mmpretrain's VisualizationHook
+        hook.update(enable=True)
+        if show_dir:
+            hook.update(out_dir=show_dir)
+    if show:
+        hook.update(show=True, wait_time=wait_time)
+
+
+def enable_tta(cfg: Config) -> None:
+    """Wrap the model in its test-time augmentation model, as mmdet's and
+    mmpretrain's tools/test.py do (flip TTA when the config has none)."""
+    scope = cfg.get('default_scope', 'mmdet')
+    if 'tta_model' not in cfg:
+        if scope not in TTA_MODELS:
+            raise ValueError(f'--tta without tta_model in the config '
+                             f'supports default_scope in {sorted(TTA_MODELS)}'
+                             f', got {scope!r}')
+        warnings.warn('No tta_model in the config; using '
+                      f'{TTA_MODELS[scope]["type"]}.')
+        cfg.tta_model = TTA_MODELS[scope]
+    if 'tta_pipeline' not in cfg:
+        warnings.warn('No tta_pipeline in the config; using the test '
+                      'pipeline with and without a horizontal flip.')
+        dataset = cfg.test_dataloader.dataset
+        while 'dataset' in dataset:
+            dataset = dataset['dataset']
+        pipeline = deepcopy(dataset.pipeline)
+        pack = dict(type='PackDetInputs', meta_keys=DET_TTA_META_KEYS) \
+            if scope == 'mmdet' else pipeline[-1]
+        pipeline[-1] = dict(
+            type='TestTimeAug',
+            transforms=[[
+                dict(type='RandomFlip', prob=1.),
+                dict(type='RandomFlip', prob=0.)
+            ], [pack]])
+        cfg.tta_pipeline = pipeline
+    cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
 
 
 def main() -> None:
@@ -64,25 +149,41 @@ def main() -> None:
                                 osp.splitext(osp.basename(args.config))[0])
     check_checkpoint(args.checkpoint)
     cfg.load_from = args.checkpoint
-    if args.show_dir:
-        enable_visualization(cfg, args.show_dir)
+    if args.show or args.show_dir:
+        enable_visualization(cfg, args.show_dir, args.show, args.wait_time)
+    if args.tta:
+        enable_tta(cfg)
     if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
         raise ValueError(f'--out must name a .pkl file, got {args.out!r}')
     check_data_paths(cfg, ('test', ))
     setup_cpu_distributed(cfg, args.launcher)
+    cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
+        dict(type='CheckpointKeysHook', strict=not args.allow_partial)
+    ]
 
-    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
-        RUNNERS.build(cfg)
-    if args.out is not None:
-        scope = cfg.get('default_scope', 'mmdet')
-        if scope not in DUMP_METRICS:
-            raise ValueError(f'--out supports default_scope in '
-                             f'{sorted(DUMP_METRICS)}, got {scope!r}')
-        runner.test_evaluator.metrics.append(
-            METRICS.build(
-                dict(type=f'{scope}.{DUMP_METRICS[scope]}',
-                     out_file_path=args.out)))
-    runner.test()
+    try:
+        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+            RUNNERS.build(cfg)
+        if args.out is not None:
+            scope = cfg.get('default_scope', 'mmdet')
+            if scope not in DUMP_METRICS:
+                raise ValueError(f'--out supports default_scope in '
+                                 f'{sorted(DUMP_METRICS)}, got {scope!r}')
+            runner.test_evaluator.metrics.append(
+                METRICS.build(
+                    dict(
+                        type=f'{scope}.{DUMP_METRICS[scope]}',
+                        out_file_path=args.out)))
+        runner.test()
+    except CheckpointMismatchError as error:
+        sys.exit(f'{args.checkpoint}: {error}\nNothing was tested. Use the '
+                 'checkpoint of this config, or pass --allow-partial to test '
+                 'with the unloaded weights at their initial values.')
+    except KeyError as error:
+        hint = unknown_type_hint(error, cfg.get('default_scope'))
+        if hint is not None:
+            error.args = (f'{error.args[0]} {hint}', ) + error.args[1:]
+        raise
 
 
 if __name__ == '__main__':

@@ -7,14 +7,18 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
+from mmengine.device import (is_cuda_available, is_mlu_available,
+                             is_musa_available, is_npu_available)
+from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner, find_latest_checkpoint
 
-import mmact  # noqa: F401  (registers mmact components and compat fixes)
+import mmact  # noqa: F401  (registers mmact components)
 from mmact.utils import setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
-                                   check_pretrained_paths, load_config)
+                                   check_pretrained_paths, load_config,
+                                   unknown_type_hint)
 
 
 def parse_args() -> argparse.Namespace:
@@ -22,11 +26,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument(
-        '--amp', action='store_true', help='automatic mixed precision')
+        '--amp',
+        action='store_true',
+        help='automatic mixed precision: float16 with dynamic loss scaling '
+        'on a GPU (mmengine AmpOptimWrapper), bfloat16 autocast on a CPU-only '
+        'machine (CPUAmpOptimWrapper)')
     parser.add_argument(
         '--auto-scale-lr',
         action='store_true',
-        help='scale the lr by total batch size / auto_scale_lr.base_batch_size')
+        help='scale the lr by total batch size / auto_scale_lr.base_batch_size'
+    )
     parser.add_argument(
         '--resume',
         nargs='?',
@@ -34,6 +43,11 @@ def parse_args() -> argparse.Namespace:
         const='auto',
         help='resume from this checkpoint, or without a path from the latest '
         'checkpoint in the work dir')
+    parser.add_argument(
+        '--no-exact-resume',
+        action='store_true',
+        help='do not save / restore the random state in checkpoints '
+        '(ExactResumeHook, on by default)')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -50,6 +64,41 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def has_accelerator() -> bool:
+    """Whether mmengine's AmpOptimWrapper can run here."""
+    return is_cuda_available() or is_npu_available() or is_mlu_available() \
+        or is_musa_available()
+
+
+def enable_amp(cfg: Config) -> None:
+    """Select mixed precision training for this machine (as mmdet's tool,
+    plus bfloat16 autocast when there is no accelerator)."""
+    wrapper = cfg.optim_wrapper
+    if wrapper.get('type',
+                   'OptimWrapper') not in ('OptimWrapper', 'AmpOptimWrapper'):
+        raise ValueError('--amp replaces optim_wrapper.type OptimWrapper, '
+                         f'got {wrapper["type"]!r}')
+    if has_accelerator():
+        wrapper.type = 'AmpOptimWrapper'
+        wrapper.setdefault('loss_scale', 'dynamic')
+    else:
+        wrapper.type = 'CPUAmpOptimWrapper'
+        wrapper.pop('loss_scale', None)
+        wrapper.pop('dtype', None)
+        print_log(
+            '--amp without a GPU: bfloat16 autocast on the CPU',
+            logger='current')
+
+
+def add_hook(cfg: Config, hook: dict) -> None:
+    """Append ``hook`` to ``custom_hooks`` unless a hook of its type is
+    there."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    if all(h.get('type') != hook['type'] for h in hooks):
+        hooks.append(hook)
+    cfg.custom_hooks = hooks
+
+
 def main() -> None:
     args = parse_args()
     cfg = load_config(args.config, args.cfg_options)
@@ -61,8 +110,7 @@ def main() -> None:
                                 osp.splitext(osp.basename(args.config))[0])
 
     if args.amp:
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.loss_scale = 'dynamic'
+        enable_amp(cfg)
     if args.auto_scale_lr:
         if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
             raise RuntimeError('--auto-scale-lr needs auto_scale_lr.'
@@ -85,10 +133,20 @@ def main() -> None:
     check_data_paths(cfg, splits)
     check_pretrained_paths(cfg)
     setup_cpu_distributed(cfg, args.launcher)
+    # load_from may cover part of the model (fine-tuning): warn, don't stop.
+    add_hook(cfg, dict(type='CheckpointKeysHook', strict=False))
+    if not args.no_exact_resume:
+        add_hook(cfg, dict(type='ExactResumeHook'))
 
-    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
-        RUNNERS.build(cfg)
-    runner.train()
+    try:
+        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+            RUNNERS.build(cfg)
+        runner.train()
+    except KeyError as error:
+        hint = unknown_type_hint(error, cfg.get('default_scope'))
+        if hint is not None:
+            error.args = (f'{error.args[0]} {hint}', ) + error.args[1:]
+        raise
 
 
 if __name__ == '__main__':

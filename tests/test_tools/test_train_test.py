@@ -107,6 +107,7 @@ def test_unknown_type_names_the_type_and_registry(tmp_path):
                   tmp_path / 'work'], tmp_path, check=False)
     assert result.returncode != 0
     assert 'ResNett is not in the mmdet::model registry' in result.stderr
+    assert 'Did you mean: ResNet' in result.stderr
 
 
 @pytest.mark.parametrize('config,kind', [(TOY_COCO, 'coco'), (TOY_LVIS, 'lvis')])

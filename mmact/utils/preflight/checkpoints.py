@@ -80,8 +80,8 @@ class _LegacyScanner(pickle.Unpickler):
             name = storage_type[1] if isinstance(storage_type, tuple) else ''
             with warnings.catch_warnings():  # TypedStorage is deprecated
                 warnings.simplefilter('ignore')
-                dtype = getattr(getattr(torch, name, None), 'dtype',
-                                torch.uint8)
+                dtype = getattr(
+                    getattr(torch, name, None), 'dtype', torch.uint8)
             itemsize = torch.empty(0, dtype=dtype).element_size()
             self.storage_bytes[str(key)] = int(numel) * itemsize
         return _Stub()
@@ -106,8 +106,8 @@ def _legacy_problem(path: str) -> Optional[str]:
             return 'truncated or not a torch checkpoint'
         if not isinstance(keys, list):
             return 'not a torch checkpoint'
-        needed = file.tell() + sum(
-            8 + scanner.storage_bytes.get(str(key), 0) for key in keys)
+        needed = file.tell() + sum(8 + scanner.storage_bytes.get(str(key), 0)
+                                   for key in keys)
     size = os.path.getsize(path)
     if size < needed:
         return f'truncated ({size} of {needed} bytes)'
@@ -160,8 +160,8 @@ def _pretrained_inits(node, where: str) -> Iterator[Tuple[str, str]]:
         for i, item in enumerate(inits):
             if isinstance(item, dict) and item.get('type') == 'Pretrained' \
                     and item.get('checkpoint'):
-                key = f'{where}.init_cfg' + (
-                    f'[{i}]' if isinstance(init, (list, tuple)) else '')
+                key = f'{where}.init_cfg' + (f'[{i}]' if isinstance(
+                    init, (list, tuple)) else '')
                 yield f'{key}.checkpoint', str(item['checkpoint'])
         for name, value in node.items():
             if name != 'init_cfg':

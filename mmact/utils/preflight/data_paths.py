@@ -109,8 +109,10 @@ def _inspect_dataset(dataset: dict, where: str,
     if not isinstance(root, str):
         return [], []
     if backend or _is_uri(root):
-        return [], [f'{where}: data on the {backend or root} backend is not '
-                    'checked (os.path cannot see it)']
+        return [], [
+            f'{where}: data on the {backend or root} backend is not '
+            'checked (os.path cannot see it)'
+        ]
 
     def join(path: str) -> str:
         return path if osp.isabs(path) or _is_uri(path) else osp.join(
@@ -118,9 +120,8 @@ def _inspect_dataset(dataset: dict, where: str,
 
     missing, notes = [], []
     ann_files = dataset.get('ann_file')
-    ann_files = ann_files if isinstance(ann_files, (list, tuple)) else [
-        ann_files
-    ]
+    ann_files = ann_files if isinstance(ann_files,
+                                        (list, tuple)) else [ann_files]
     checked = False
     for ann_file in ann_files:
         if isinstance(ann_file, str) and ann_file:
@@ -162,8 +163,9 @@ def _inspect_dataset(dataset: dict, where: str,
 
     download = dataset.get('download', _default(cls, 'download'))
     if missing and download is True:
-        notes += [f'{m}: downloaded by the dataset (download=True)'
-                  for m in missing]
+        notes += [
+            f'{m}: downloaded by the dataset (download=True)' for m in missing
+        ]
         missing = []
     return missing, notes
 
@@ -253,6 +255,6 @@ def check_data_paths(cfg: Config, splits: Sequence[str]) -> None:
     for note in notes:
         print_log(f'Data check: {note}', logger='current')
     if missing:
-        raise FileNotFoundError('Dataset paths of this config do not exist:\n'
-                                + '\n'.join(f'  {m}' for m in missing) +
-                                f'\n{GENERATE_HINT}')
+        raise FileNotFoundError(
+            'Dataset paths of this config do not exist:\n' +
+            '\n'.join(f'  {m}' for m in missing) + f'\n{GENERATE_HINT}')
