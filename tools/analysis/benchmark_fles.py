@@ -151,7 +151,7 @@ def bench_poolformer(args):
     from mmpretrain.registry import MODELS as PRETRAIN_MODELS
 
     import mmact  # noqa: F401  (registers FleS)
-    from mmact.models.activations.fles import materialize_lazy_modules
+    from mmact.models.utils import materialize_lazy_modules
     torch.manual_seed(0)
     batch = args.batch
     x = torch.randn(batch, 3, args.size, args.size)

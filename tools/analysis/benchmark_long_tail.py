@@ -41,7 +41,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS
 
 import mmact  # noqa: F401  (registers the activations)
-from mmact.models.activations import materialize_lazy_modules
+from mmact.models.utils import materialize_lazy_modules
 from mmact.utils import activation_paramwise_cfg
 
 #: variant -> (act_cfg, attention_cfg)

@@ -15,9 +15,9 @@ activations from ``act_cfg`` without a channel count. ``FleS`` therefore takes
 
 Optimizers, DDP and ``init_weights`` need real parameters, so a model with
 lazy FleS layers must see one forward before they are built. Use
-:func:`materialize_lazy_modules` (a no-grad dry run in eval mode that restores
-every module's training flag), or in an mmengine config wrap the model so the
-Runner builds it already materialised::
+:func:`mmact.models.utils.materialize_lazy_modules` (a no-grad dry run in eval
+mode that restores every module's training flag), or in an mmengine config
+wrap the model so the Runner builds it already materialised::
 
     model = dict(type='MaterializedModel', input_shape=(1, 3, 224, 224),
                  model=dict(type='ImageClassifier', ...))
@@ -28,11 +28,11 @@ module with no dry run needed.
 """
 import math
 import warnings
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmengine.model import BaseModel, BaseModule
+from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 from torch import Tensor
 from torch.nn.modules.lazy import LazyModuleMixin
@@ -46,7 +46,7 @@ from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
 
 from .base import LearnableActivation
 
-__all__ = ['FleS', 'materialize_lazy_modules', 'build_materialized_model']
+__all__ = ['FleS']
 
 _DATA_FORMATS = (None, 'channels_first', 'channels_last')
 #: Scale-MLP layouts: parameter names are the same, shapes differ.
@@ -514,80 +514,3 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                 f'gate={self.gate!r}, indicator={self.indicator!r}, '
                 f'proto={self.proto}')
 
-
-def _uninitialized(model: nn.Module) -> list:
-    return [
-        name for name, module in model.named_modules()
-        if isinstance(module, LazyModuleMixin)
-        and module.has_uninitialized_params()
-    ]
-
-
-def materialize_lazy_modules(model: nn.Module,
-                             *inputs,
-                             forward: Optional[Callable] = None,
-                             **kwargs) -> nn.Module:
-    """Materialise every lazy module of ``model`` with one dry-run forward.
-
-    Runs ``forward(*inputs, **kwargs)`` (default: ``model`` itself) under
-    ``torch.no_grad()`` with all modules of ``model`` in eval mode (so BN
-    statistics and dropout are untouched), then restores each module's own
-    training flag. Does nothing when no lazy module is left. Call it before
-    building the optimizer, wrapping in DDP or calling ``init_weights``.
-
-    Args:
-        model: the model whose lazy modules must be materialised.
-        *inputs, **kwargs: arguments of the dry-run call.
-        forward: what to call, e.g. ``model.backbone`` or
-            ``model.extract_feat``; defaults to ``model``.
-
-    Raises:
-        RuntimeError: if some lazy modules were not reached by the forward.
-    """
-    if not _uninitialized(model):
-        return model
-    flags = {m: m.training for m in model.modules()}
-    model.eval()
-    try:
-        with torch.no_grad():
-            (model if forward is None else forward)(*inputs, **kwargs)
-    finally:
-        for module, flag in flags.items():
-            module.training = flag
-    left = _uninitialized(model)
-    if left:
-        raise RuntimeError('materialize_lazy_modules: the dry run did not '
-                           f'reach these lazy modules: {left}')
-    return model
-
-
-@MODELS.register_module(name='MaterializedModel')
-def build_materialized_model(
-        model: dict,
-        input_shape: Sequence[int] = (1, 3, 224, 224),
-        submodule: Optional[str] = None,
-        data_preprocessor: Optional[dict] = None) -> nn.Module:
-    """Config builder: build ``model`` and materialise its lazy modules.
-
-    Returns the built model itself (not a wrapper), so checkpoints keep their
-    keys.
-
-    Args:
-        model (dict): Config of the model to build.
-        input_shape (Sequence[int]): Shape of the zeros fed in the dry run.
-        submodule (str, optional): Run the dry run on ``model.<submodule>``
-            (e.g. ``'backbone'`` for detectors, whose full forward needs data
-            samples) instead of the whole model. mmengine ``BaseModel``\\ s
-            are called with ``mode='tensor'``.
-        data_preprocessor (dict, optional): The Runner passes a config's
-            top-level ``data_preprocessor`` to the outermost model config;
-            it goes to ``model`` unless that sets its own.
-    """
-    if data_preprocessor is not None:
-        model = dict(model)
-        model.setdefault('data_preprocessor', data_preprocessor)
-    built = MODELS.build(model)
-    target = built if submodule is None else built.get_submodule(submodule)
-    kwargs = dict(mode='tensor') if isinstance(target, BaseModel) else {}
-    return materialize_lazy_modules(
-        built, torch.zeros(*input_shape), forward=target, **kwargs)

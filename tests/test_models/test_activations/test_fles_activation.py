@@ -10,7 +10,7 @@ from mmengine.registry import MODELS
 from torch.nn.parameter import UninitializedParameter
 
 import mmact  # noqa: F401
-from mmact.models.activations import FleS, materialize_lazy_modules
+from mmact.models.activations import FleS
 from mmact.ops.fles import fles_gate
 
 K0 = math.log1p(math.exp(0.6))  # softplus(0.6) ~= 1.0375
@@ -276,33 +276,7 @@ def test_autocast_and_low_precision_finite(dtype):
     assert z.dtype == dtype and torch.isfinite(z.float()).all()
 
 
-# ------------------------------------------------------------ lazy helpers
-def test_materialize_restores_flags_and_reports_unreached():
-    net = nn.Sequential(
-        nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), FleS(reduction=4),
-        nn.Conv2d(8, 4, 1))
-    net.train()
-    net[1].eval()  # e.g. a frozen norm layer
-    stats = net[1].running_mean.clone()
-    materialize_lazy_modules(net, torch.randn(2, 3, 5, 5))
-    assert net[2].channels == 8
-    assert net.training and net[2].training and not net[1].training
-    assert torch.equal(net[1].running_mean, stats)
-
-    class TwoBranch(nn.Module):
-
-        def __init__(self):
-            super().__init__()
-            self.used = FleS(reduction=2)
-            self.unused = FleS(reduction=2)
-
-        def forward(self, x):
-            return self.used(x)
-
-    with pytest.raises(RuntimeError, match=r"did not reach.*\['unused'\]"):
-        materialize_lazy_modules(TwoBranch(), torch.randn(1, 4, 3, 3))
-
-
+# ------------------------------------------------------------ lazy module
 def test_lazy_module_loads_checkpoint_strictly_without_forward():
     torch.manual_seed(7)
     src = randomize(FleS(channels=16, reduction=4, window_size=3,

@@ -5,7 +5,8 @@ import torch.nn as nn
 from mmcv.cnn import build_activation_layer
 
 import mmact  # noqa: F401
-from mmact.models.activations import MetaACON, materialize_lazy_modules
+from mmact.models.activations import MetaACON
+from mmact.models.utils import materialize_lazy_modules
 from mmact.models.activations.base import no_decay_parameters
 
 

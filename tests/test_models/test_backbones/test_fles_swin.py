@@ -4,7 +4,8 @@ import torch
 from mmpretrain.models.backbones.swin_transformer import SwinTransformer
 
 import mmact  # noqa: F401
-from mmact.models.activations import FleS, materialize_lazy_modules
+from mmact.models.activations import FleS
+from mmact.models.utils import materialize_lazy_modules
 from mmact.models.backbones.fles_swin import FleSSwinTransformer
 
 ARCH = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 2])
