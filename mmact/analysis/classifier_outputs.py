@@ -30,7 +30,7 @@ def predicted_scores(model: nn.Module, data: dict) -> np.ndarray:
 
     They are the head's ``pred_score``: softmax of its logits, after any
     correction its ``predict`` applies (e.g. the PC-Softmax prior
-    compensation of :class:`mmact.models.heads.PCSoftmaxHead`).
+    compensation of :class:`mmact.models.heads.PCSoftmaxArcFaceClsHead`).
 
     Args:
         model (nn.Module): An mmpretrain classifier in eval mode.

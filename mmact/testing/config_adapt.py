@@ -333,7 +333,7 @@ def adapt_config(cfg: Config,
             metric['ann_file'] = osp.join(roots[root], ann_file[len(root):])
 
     if kind == 'cls':
-        # PCSoftmaxHead and ShotAccuracy count the training split
+        # PC-Softmax heads and ShotAccuracy count the training split
         for split_key in ('model', 'val_evaluator', 'test_evaluator'):
             _set_key(cfg.get(split_key), 'train_ann_file',
                      osp.join(data_root, 'meta', 'train.txt'))

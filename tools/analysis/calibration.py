@@ -3,7 +3,7 @@
 
 Runs ``--num-samples`` images of the config's ``--split`` through the model,
 takes the top-1 class and its predicted probability (the head's
-``pred_score``, PC-Softmax compensation included for ``PCSoftmaxHead``),
+``pred_score``, PC-Softmax compensation included for the PC-Softmax heads),
 bins the confidences into ``--num-bins`` equal-width bins and reports
 
     ECE = sum_b (n_b / n) |accuracy_b - confidence_b|
