@@ -38,8 +38,10 @@ def _find_preloadable() -> Optional[str]:
     """Path of an installed jemalloc or tcmalloc shared library."""
     for name in ('jemalloc', 'tcmalloc_minimal', 'tcmalloc'):
         found = ctypes.util.find_library(name)
-        patterns = [f'/usr/lib/*/lib{name}.so*', f'/usr/lib/lib{name}.so*',
-                    f'/usr/local/lib/lib{name}.so*']
+        patterns = [
+            f'/usr/lib/*/lib{name}.so*', f'/usr/lib/lib{name}.so*',
+            f'/usr/local/lib/lib{name}.so*'
+        ]
         paths = [p for pat in patterns for p in sorted(glob.glob(pat))]
         if found and not os.path.isabs(found):
             paths = paths or [found]
@@ -58,9 +60,9 @@ def allocator() -> str:
         return 'glibc, large blocks on the heap (' + ' '.join(
             f'{k}={v}' for k, v in GLIBC_HEAP.items()) + ')'
     if any(k in os.environ for k in GLIBC_HEAP):
-        return 'glibc (custom ' + ' '.join(
-            f'{k}={os.environ[k]}' for k in GLIBC_HEAP
-            if k in os.environ) + ')'
+        return 'glibc (custom ' + ' '.join(f'{k}={os.environ[k]}'
+                                           for k in GLIBC_HEAP
+                                           if k in os.environ) + ')'
     return 'glibc defaults (large tensors are fresh mmaps)'
 
 
@@ -130,8 +132,8 @@ def round_ratios(times: Dict[str, List[float]], name: str,
     return spread([a / b for a, b in zip(times[name], times[base])])
 
 
-def print_table(title: str, header: Sequence[str],
-                rows: Sequence[Sequence], threads: int) -> None:
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence],
+                threads: int) -> None:
     """Markdown table preceded by its title and :func:`machine_line`."""
     print(f'\n### {title}')
     print(machine_line(threads))
@@ -141,16 +143,16 @@ def print_table(title: str, header: Sequence[str],
         max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
         for i, h in enumerate(header)
     ]
-    print('| ' + ' | '.join(h.ljust(w) for h, w in zip(header, widths)) +
-          ' |')
+    print('| ' + ' | '.join(h.ljust(w) for h, w in zip(header, widths)) + ' |')
     print('|' + '|'.join('-' * (w + 2) for w in widths) + '|')
     for row in cells:
-        print('| ' + ' | '.join(c.ljust(w) for c, w in zip(row, widths)) +
-              ' |')
+        print('| ' + ' | '.join(c.ljust(w)
+                                for c, w in zip(row, widths)) + ' |')
     sys.stdout.flush()
 
 
-def fmt_spread(values: Tuple[float, float, float], scale: float = 1.0,
+def fmt_spread(values: Tuple[float, float, float],
+               scale: float = 1.0,
                digits: int = 2) -> str:
     """``median [min-max]``."""
     med, lo, hi = (v * scale for v in values)

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
+sys.path.insert(0,
+                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 import bench_utils  # noqa: E402
 
@@ -65,7 +65,8 @@ def parse_args(argv=None):
     return args
 
 
-def build_ops(channels: int, core: bool,
+def build_ops(channels: int,
+              core: bool,
               device: str = 'cpu') -> Dict[str, Callable]:
     """name -> f(x) using learnable parameters where the op has them."""
     from mmact.ops import aglu, aglu_reference, apa, arelu, iglu, iglu_approx
@@ -74,8 +75,8 @@ def build_ops(channels: int, core: bool,
         return torch.tensor(values, device=device, requires_grad=True)
 
     def uniform(low, high):
-        return torch.empty(channels, device=device).uniform_(
-            low, high).requires_grad_()
+        return torch.empty(
+            channels, device=device).uniform_(low, high).requires_grad_()
 
     k1, l1 = param(1.15), param(0.5)
     kc, lc = uniform(1.0, 1.3), uniform(0.0, 1.0)
@@ -138,9 +139,10 @@ def bench(shape: List[int], threads: int, args) -> List[Tuple]:
 
         return run
 
-    times = bench_utils.interleaved({n: case(f)
-                                     for n, f in ops.items()}, args.repeats,
-                                    args.warmup)
+    times = bench_utils.interleaved({
+        n: case(f)
+        for n, f in ops.items()
+    }, args.repeats, args.warmup)
     from mmact.ops.cpu_build import host_isa
     isa = host_isa() if not cuda else torch.cuda.get_device_name()
     in_bytes = x.numel() * x.element_size()
@@ -150,8 +152,8 @@ def bench(shape: List[int], threads: int, args) -> List[Tuple]:
         ratio = bench_utils.round_ratios(times, name, base)
         rows.append(
             (name, 'x'.join(map(str, shape)), isa, threads,
-             bench_utils.fmt_spread(bench_utils.spread(times[name]), 1e3),
-             base, bench_utils.fmt_spread(ratio),
+             bench_utils.fmt_spread(bench_utils.spread(times[name]),
+                                    1e3), base, bench_utils.fmt_spread(ratio),
              f'{saved_bytes(fn, x) / in_bytes:.2f}'))
     return rows
 
@@ -167,8 +169,7 @@ def main(args) -> None:
             bench_utils.print_table(
                 f'Activations fwd+bwd, float32 {tuple(shape)} on '
                 f'{args.device}, {threads} thread(s), {args.repeats} '
-                'interleaved rounds',
-                HEADER, rows, threads)
+                'interleaved rounds', HEADER, rows, threads)
 
 
 if __name__ == '__main__':

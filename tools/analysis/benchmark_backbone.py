@@ -180,19 +180,17 @@ def main(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
             saved_ratio=saved[name] / saved[base])
         rows.append(
             (name, host_isa(), args.threads,
-             bench_utils.fmt_spread(bench_utils.spread(times[name]), 1, 3),
-             bench_utils.fmt_spread(ratio, 1, 3),
-             f'{peaks[name] / 2**20:.0f}',
-             f'{peaks[name] / peaks[base]:.3f}',
+             bench_utils.fmt_spread(bench_utils.spread(times[name]), 1,
+                                    3), bench_utils.fmt_spread(ratio, 1, 3),
+             f'{peaks[name] / 2**20:.0f}', f'{peaks[name] / peaks[base]:.3f}',
              f'{saved[name] / saved[base]:.3f}'))
     bench_utils.print_table(
         f'ResNet-{args.depth} training step (fwd+bwd+SGD), batch '
         f'{args.batch}x3x{args.size}x{args.size}, {args.steps} interleaved '
         'rounds; targets: time ratio <= 1.10, peak memory ratio <= 1.03',
         ('model', 'ISA', 'threads', 'step s median [min-max]',
-         f'ratio to {base} median [min-max]', 'peak MiB',
-         'peak memory ratio', 'saved-for-backward ratio'), rows,
-        args.threads)
+         f'ratio to {base} median [min-max]', 'peak MiB', 'peak memory ratio',
+         'saved-for-backward ratio'), rows, args.threads)
     return result
 
 

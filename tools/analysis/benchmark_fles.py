@@ -33,8 +33,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
+sys.path.insert(0,
+                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 import bench_utils  # noqa: E402
 
@@ -95,14 +95,16 @@ def bench_activation(shape, threads, args) -> List[tuple]:
         mods['FleS composite'] = FleS(
             channels=shape[1], window_size=tuple(args.window), fused=False)
     times = bench_utils.interleaved(
-        {n: _fwd_bwd(m, x, grad)
-         for n, m in mods.items()}, args.repeats, args.warmup)
+        {
+            n: _fwd_bwd(m, x, grad)
+            for n, m in mods.items()
+        }, args.repeats, args.warmup)
     in_bytes = x.numel() * x.element_size()
     rows = []
     for name, mod in mods.items():
         rows.append(
-            (name, 'x'.join(map(str, shape)),
-             'x'.join(map(str, args.window)), host_isa(), threads,
+            (name, 'x'.join(map(str, shape)), 'x'.join(map(str, args.window)),
+             host_isa(), threads,
              bench_utils.fmt_spread(bench_utils.spread(times[name]), 1e3),
              bench_utils.fmt_spread(
                  bench_utils.round_ratios(times, name, 'GELU')),
@@ -136,13 +138,13 @@ def profile_stages(shape, threads, args) -> List[tuple]:
         ms = totals.get(key, 0.0)
         staged += ms
         rows.append((label, key, f'{ms:.2f}', f'{100 * ms / total:.1f}'))
-    rows.append(('other (autograd, allocation, Python)', '-',
-                 f'{total - staged:.2f}',
-                 f'{100 * (total - staged) / total:.1f}'))
+    rows.append(
+        ('other (autograd, allocation, Python)', '-', f'{total - staged:.2f}',
+         f'{100 * (total - staged) / total:.1f}'))
     rows.append(('FleS fwd+bwd total', 'fles.total', f'{total:.2f}', '100'))
     gelu_ms = totals.get('gelu.total', float('nan'))
-    rows.append(('GELU fwd+bwd (same profile)', 'gelu.total',
-                 f'{gelu_ms:.2f}', f'{100 * gelu_ms / total:.1f}'))
+    rows.append(('GELU fwd+bwd (same profile)', 'gelu.total', f'{gelu_ms:.2f}',
+                 f'{100 * gelu_ms / total:.1f}'))
     return rows
 
 
@@ -189,14 +191,16 @@ def bench_poolformer(args):
 
     threads = torch.get_num_threads()
     times = bench_utils.interleaved(
-        {name: (lambda m=m: step(*m))
-         for name, m in models.items()}, args.pf_repeats, 1)
+        {
+            name: (lambda m=m: step(*m))
+            for name, m in models.items()
+        }, args.pf_repeats, 1)
     from mmact.ops.cpu_build import host_isa
     rows = [(name, host_isa(), threads,
              bench_utils.fmt_spread(bench_utils.spread(times[name]), 1, 3),
              bench_utils.fmt_spread(
-                 bench_utils.round_ratios(times, name, 'GELU'), 1, 3),
-             f'{sum(p.numel() for p in m[0].parameters()) / 1e6:.2f}M')
+                 bench_utils.round_ratios(times, name, 'GELU'), 1,
+                 3), f'{sum(p.numel() for p in m[0].parameters()) / 1e6:.2f}M')
             for name, m in models.items()]
     bench_utils.print_table(
         f'PoolFormer-S12 train step (fwd+bwd+SGD), batch {batch}x3x'
@@ -215,10 +219,7 @@ def parse_args(argv=None):
         help='N C H W (repeatable; default 8 256 56 56 and 16 64 56 56)')
     parser.add_argument('--window', type=int, nargs=2, default=[9, 15])
     parser.add_argument(
-        '--threads',
-        type=int,
-        nargs='+',
-        default=[torch.get_num_threads()])
+        '--threads', type=int, nargs='+', default=[torch.get_num_threads()])
     parser.add_argument('--repeats', type=int, default=11)
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument(

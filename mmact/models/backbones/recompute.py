@@ -78,8 +78,9 @@ class RecomputeAct(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         saved = ctx.saved_tensors
         sources, params = saved[:ctx.num_sources], saved[ctx.num_sources:]
-        skip = (outputs_unused() if type(ctx.act) in _INPUT_ONLY_BACKWARD
-                else contextlib.nullcontext())
+        skip = (
+            outputs_unused() if type(ctx.act) in _INPUT_ONLY_BACKWARD else
+            contextlib.nullcontext())
         with torch.enable_grad(), skip:
             z = ctx.rebuild(*sources).detach().requires_grad_()
             # An in-place activation must not write into the leaf `z`.

@@ -128,9 +128,8 @@ def test_float32_kernel_path_skips_repeated_forward(monkeypatch):
     kernel = get_kernel()
     calls = []
     real = kernel.lib.launch
-    monkeypatch.setattr(
-        kernel.lib, 'launch',
-        lambda name, *a: calls.append(name) or real(name, *a))
+    monkeypatch.setattr(kernel.lib, 'launch',
+                        lambda name, *a: calls.append(name) or real(name, *a))
     fast(x)[0].square().mean().backward()
     forwards = sum(name == 'aglu_fwd' for name in calls)
     backwards = sum(name == 'aglu_bwd' for name in calls)

@@ -1,0 +1,153 @@
+"""CPU benchmarks in tools/analysis: smoke runs on tiny shapes (no timed
+assertions) and the shared method in bench_utils."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / 'tools/analysis'
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(script, *args):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith('MALLOC_') and k != 'MMACT_BENCH_ALLOCATOR'
+    }
+    proc = subprocess.run(
+        [sys.executable, str(TOOLS / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def tables(out):
+    """[(machine line, header cells, rows of cells)] of printed tables."""
+    found = []
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith('### '):
+            header = [c.strip() for c in lines[i + 3].strip('|').split('|')]
+            rows = []
+            for row in lines[i + 5:]:
+                if not row.startswith('|'):
+                    break
+                rows.append([c.strip() for c in row.strip('|').split('|')])
+            found.append((lines[i + 1], header, rows))
+    return found
+
+
+def check_machine_line(line, threads):
+    assert line.startswith('CPU: ')
+    assert re.search(r'ISA: mmact kernels (avx512|avx2|portable)', line)
+    assert f'threads: {threads}' in line
+    # the benchmark re-executed itself with a heap-friendly allocator
+    assert 'allocator: glibc, large blocks on the heap' in line \
+        or 'allocator: jemalloc' in line or 'allocator: tcmalloc' in line
+
+
+def test_activation_benchmark_table():
+    out = run('benchmark_activations.py', '--shape', '2', '4', '8', '8',
+              '--threads', '1', '2', '--repeats', '2', '--warmup', '1',
+              '--ops', 'core')
+    found = tables(out)
+    assert len(found) == 2
+    for (line, header, rows), threads in zip(found, (1, 2)):
+        check_machine_line(line, threads)
+        assert {'ISA', 'threads', 'baseline'} <= set(header)
+        ratio = header.index('ratio median [min-max]')
+        names = [r[0] for r in rows]
+        assert {'SiLU', 'Sigmoid', 'mmact AGLU', 'mmact APA'} <= set(names)
+        for row in rows:
+            assert row[header.index('threads')] == str(threads)
+            assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
+        silu = rows[names.index('SiLU')]
+        assert silu[ratio] == '1.00 [1.00-1.00]'
+        apa = rows[names.index('mmact APA')]
+        assert apa[header.index('baseline')] == 'Sigmoid'
+
+
+def test_fles_benchmark_table_and_profile():
+    out = run('benchmark_fles.py', '--shape', '2', '32', '12', '20',
+              '--threads', '1', '--repeats', '2', '--warmup', '1', '--profile',
+              '--skip-poolformer')
+    (line, header, rows), (pline, pheader, prows) = tables(out)
+    check_machine_line(line, 1)
+    check_machine_line(pline, 1)
+    assert {'ISA', 'threads', 'ratio to GELU median [min-max]'} <= set(header)
+    assert [r[0] for r in rows] == ['GELU', 'FleS']
+    stages = [r[1] for r in prows]
+    for key in ('fles.stats', 'fles.mlp', 'fles.apply', 'fles.bwd.gate',
+                'fles.bwd.indicator', 'fles.total', 'gelu.total'):
+        assert key in stages
+    # the staged rows and "other" add up to the total
+    ms = {r[0]: float(r[2]) for r in prows}
+    staged = sum(float(r[2]) for r in prows[:-2])
+    assert staged == pytest.approx(ms['FleS fwd+bwd total'], abs=0.05)
+
+
+def test_backbone_benchmark_table():
+    out = run('benchmark_backbone.py', '--depth', '18', '--batch', '2',
+              '--size', '64', '--steps', '1', '--warmup', '0', '--threads',
+              '1')
+    ((line, header, rows), ) = tables(out)
+    check_machine_line(line, 1)
+    assert {'ISA', 'threads', 'peak memory ratio'} <= set(header)
+    assert [r[0] for r in rows] == [
+        'SE-ResNet ReLU', 'APA*+AGLU (saves inputs)', 'APA*+AGLU (memory-lean)'
+    ]
+    saved = header.index('saved-for-backward ratio')
+    assert float(rows[2][saved]) < float(rows[1][saved])
+
+
+def test_round_ratios_and_spread():
+    bench = load('bench_utils')
+    times = {'a': [1.0, 2.0, 4.0], 'b': [2.0, 2.0, 2.0]}
+    assert bench.round_ratios(times, 'b', 'a') == (1.0, 0.5, 2.0)
+    assert bench.fmt_spread((1.0, 0.5, 2.0)) == '1.00 [0.50-2.00]'
+
+
+def test_allocator_choice(monkeypatch):
+    bench = load('bench_utils')
+    calls = []
+    monkeypatch.setattr(bench.os, 'execve', lambda *a: calls.append(a[2]))
+    for key in list(os.environ):
+        if key.startswith('MALLOC_') or key == 'MMACT_BENCH_ALLOCATOR':
+            monkeypatch.delenv(key)
+    monkeypatch.delenv('LD_PRELOAD', raising=False)
+    monkeypatch.setattr(bench, '_find_preloadable', lambda: None)
+    bench.use_heap_allocator()
+    (env, ) = calls
+    assert {k: env[k] for k in bench.GLIBC_HEAP} == bench.GLIBC_HEAP
+    monkeypatch.setattr(bench, '_find_preloadable',
+                        lambda: '/usr/lib/libjemalloc.so.2')
+    bench.use_heap_allocator()
+    assert calls[1]['LD_PRELOAD'] == '/usr/lib/libjemalloc.so.2'
+    assert 'MALLOC_MMAP_THRESHOLD_' not in calls[1]
+    # already chosen by the user, already re-executed, or disabled: no exec
+    monkeypatch.setenv('MALLOC_TOP_PAD_', '0')
+    bench.use_heap_allocator()
+    monkeypatch.delenv('MALLOC_TOP_PAD_')
+    monkeypatch.setenv('MMACT_BENCH_ALLOCATOR', '1')
+    bench.use_heap_allocator()
+    monkeypatch.delenv('MMACT_BENCH_ALLOCATOR')
+    bench.use_heap_allocator(enabled=False)
+    assert len(calls) == 2
+    monkeypatch.setenv('LD_PRELOAD', '/usr/lib/libjemalloc.so.2')
+    assert bench.allocator().startswith('jemalloc')
