@@ -235,10 +235,13 @@ def test_more_than_2_pow_31_elements():
     x[:4096].normal_()
     x[-4096:].normal_()
     one = torch.ones(1, device='cuda')
-    y = aglu(x, one, one)
+    y = aglu(x.requires_grad_(), one, one)
+    (grad, ) = torch.autograd.grad(y, x, torch.ones_like(y))
     for part in (slice(0, 4096), slice(n - 4096, n)):
+        xp = x[part].detach().float().requires_grad_()
+        silu = torch.nn.functional.silu(xp)
         torch.testing.assert_close(
-            y[part].float(),
-            torch.nn.functional.silu(x[part].float()),
-            rtol=1e-2,
-            atol=1e-2)
+            y[part].float(), silu.detach(), rtol=1e-2, atol=1e-2)
+        (want, ) = torch.autograd.grad(silu.sum(), xp)
+        torch.testing.assert_close(
+            grad[part].float(), want, rtol=1e-2, atol=1e-2)

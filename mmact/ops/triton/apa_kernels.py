@@ -133,12 +133,16 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, P, Q, C, n_q,
     acc_k = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
     acc_l = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
     for i in range(iters):
+        # fresh names: p / q re-bound here would be loop-carried and change
+        # type (int32 -> int64) in WIDE kernels
         if CHANNEL_AXIS == 0:
-            q = (group * iters + i) * BLOCK_Q + q0
+            rows = p0
+            cols = (group * iters + i) * BLOCK_Q + q0
         else:
-            p = (group * iters + i) * BLOCK_P + p0
-        mask = (p < P)[:, None] & (q < Q)[None, :]
-        offs = p[:, None] * Q + q[None, :]
+            rows = (group * iters + i) * BLOCK_P + p0
+            cols = q0
+        mask = (rows < P)[:, None] & (cols < Q)[None, :]
+        offs = rows[:, None] * Q + cols[None, :]
         z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         go = tl.load(go_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         a = ln_l - k * z
@@ -164,7 +168,7 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, P, Q, C, n_q,
             tl.store(gx_ptr + offs, gx.to(gx_ptr.dtype.element_ty), mask=mask)
     if NEED_PARAMS:
         if CHANNEL_AXIS == 0:
-            p = p0
+            p = p0  # after the loop: not loop-carried
             at = ((p // C) * n_groups + group) * C + p % C
             tl.store(part_ptr + at, tl.sum(acc_k, axis=1), mask=p < P)
             tl.store(

@@ -88,7 +88,7 @@ def fles_stats_kernel(x_ptr, sums_ptr, count_ptr, H, W, kh, kw, nh, nw, n_cb,
                       CW, wpb, POSITIVE: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_W: tl.constexpr, BLOCK_NW: tl.constexpr):
     """Window sums of relu(x) and counts of x >= 0, or sums of x."""
-    plane, gr, cb, rows, base, col, col_mask, local, _ = _band(
+    plane, gr, cb, rows, base, col, col_mask, local, win = _band(
         tl.program_id(0), H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W)
     acc = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
     cnt = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
@@ -115,7 +115,9 @@ def fles_apply_kernel(x_ptr, y_ptr, kv_ptr, ko_ptr, cst, H, W, kh, kw, nh, nw,
                       n_cb, CW, GATE: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_W: tl.constexpr):
     """``y = k_ve rho(c k_ho x) x`` with the scales of each pixel's window."""
-    _, _, _, rows, base, col, col_mask, _, win = _band(
+    # no `_` names: one bound before a loop and again inside it would be a
+    # loop-carried variable changing type
+    plane, gr, cb, rows, base, col, col_mask, local, win = _band(
         tl.program_id(0), H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W)
     kv = tl.load(kv_ptr + win, mask=col_mask, other=0.0)[None, :]
     ko = (tl.load(ko_ptr + win, mask=col_mask, other=1.0) * cst)[None, :]
@@ -124,7 +126,7 @@ def fles_apply_kernel(x_ptr, y_ptr, kv_ptr, ko_ptr, cst, H, W, kh, kw, nh, nw,
         mask = (r < rows)[:, None] & col_mask[None, :]
         offs = base + r[:, None] * W + col[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        rho, _ = _gate(ko * x, GATE)
+        rho, drho = _gate(ko * x, GATE)
         tl.store(
             y_ptr + offs, (kv * rho * x).to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -163,7 +165,7 @@ def fles_grad_kernel(x_ptr, g_ptr, gx_ptr, kv_ptr, ko_ptr, q_ptr, cst, H, W,
                      BLOCK_W: tl.constexpr):
     """``gx = g k_ve (rho(u) + u rho'(u)) + f'(x) q`` (gate and indicator
     paths together)."""
-    _, _, _, rows, base, col, col_mask, _, win = _band(
+    plane, gr, cb, rows, base, col, col_mask, local, win = _band(
         tl.program_id(0), H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W)
     kv = tl.load(kv_ptr + win, mask=col_mask, other=0.0)[None, :]
     ko = (tl.load(ko_ptr + win, mask=col_mask, other=1.0) * cst)[None, :]
