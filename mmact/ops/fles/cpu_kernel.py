@@ -98,14 +98,16 @@ static inline void expand_row(float* row, const float* v, float scale,
     for (int64_t j = 0; j < W; ++j) row[j] = scale * v[j / kw];
 }
 
-/* out[c] = sum of col over the columns of window c (in double). */
-static inline void reduce_cols(double* out, const float* col, int64_t W,
-                               int64_t kw, int64_t nw) {
+/* out[c] = scale[c] * (sum of col over the columns of window c), summed in
+ * double (scale NULL: 1). */
+static inline void reduce_cols(float* out, const float* col,
+                               const float* scale, int64_t W, int64_t kw,
+                               int64_t nw) {
     for (int64_t c = 0; c < nw; ++c) {
         const int64_t j1 = (c + 1) * kw < W ? (c + 1) * kw : W;
         double s = 0.0;
         for (int64_t j = c * kw; j < j1; ++j) s += col[j];
-        out[c] = s;
+        out[c] = (float)(scale ? s * scale[c] : s);
     }
 }
 
@@ -114,8 +116,10 @@ static inline void reduce_cols(double* out, const float* col, int64_t W,
 #define GEOM_ARGS GEOM_PARAMS, int64_t p0, int64_t p1, int64_t t
 #define GEOM_NAMES H, W, kh, kw, nh, nw
 
-/* mode 0: sums of relu(x), counts of x >= 0; mode 1: sums of x. */
-void fles_stats(const float* x, double* sums, double* counts, int64_t mode,
+/* Indicator and its divisor per window: mode 0 (positive)
+ * ind = sum relu(x) / max(count(x >= 0), 1); mode 1 (mean) ind = mean of x,
+ * divisor = window area. */
+void fles_stats(const float* x, float* ind, float* div, int64_t mode,
                 GEOM_ARGS) {
     float* col = (float*)malloc(2 * W * sizeof(float));
     float* cnt = col + W;
@@ -135,14 +139,27 @@ void fles_stats(const float* x, double* sums, double* counts, int64_t mode,
                 for (int64_t j = 0; j < W; ++j) col[j] += xr[j];
             }
         }
-        reduce_cols(sums + wbase, col, W, kw, nw);
-        if (mode == 0) reduce_cols(counts + wbase, cnt, W, kw, nw);
+        float* d = div + wbase;
+        if (mode == 0) {
+            reduce_cols(d, cnt, NULL, W, kw, nw);
+        } else {
+            for (int64_t c = 0; c < nw; ++c) {
+                const int64_t j1 = (c + 1) * kw < W ? (c + 1) * kw : W;
+                d[c] = (float)((i1 - i0) * (j1 - c * kw));
+            }
+        }
+        float inv[nw];
+        for (int64_t c = 0; c < nw; ++c) {
+            if (d[c] < 1.0f) d[c] = 1.0f;
+            inv[c] = 1.0f / d[c];
+        }
+        reduce_cols(ind + wbase, col, inv, W, kw, nw);
     )
     free(col);
 }
-MMACT_PARALLEL(fles_stats, (const float* x, double* sums, double* counts,
+MMACT_PARALLEL(fles_stats, (const float* x, float* ind, float* div,
                             int64_t mode, GEOM_PARAMS),
-               (x, sums, counts, mode, GEOM_NAMES))
+               (x, ind, div, mode, GEOM_NAMES))
 
 /* y = k_ve * rho(c k_ho x) * x */
 #define APPLY(NAME, RHO)                                                   \
@@ -172,11 +189,11 @@ MMACT_PARALLEL(NAME, (const float* x, float* y, const float* kv,          \
                       const float* ko, float cst, GEOM_PARAMS),            \
                (x, y, kv, ko, cst, GEOM_NAMES))
 
-/* gx = g k_ve (rho(u) + u rho'(u)); window sums of g x rho(u) (-> s_ve)
- * and g x^2 rho'(u) (-> s_ho; the caller multiplies by c k_ve). */
+/* gx = g k_ve (rho(u) + u rho'(u)); window gradients of the scales
+ * g_ve = sum g x rho(u) and g_ho = c k_ve sum g x^2 rho'(u). */
 #define GATE_BWD(NAME, RHO)                                                \
 void NAME(const float* x, const float* go, float* gx, const float* kv,     \
-          const float* ko, float cst, double* s_ve, double* s_ho,          \
+          const float* ko, float cst, float* g_ve, float* g_ho,            \
           GEOM_ARGS) {                                                     \
     float* rv = (float*)malloc(4 * W * sizeof(float));                     \
     float* ro = rv + W;                                                    \
@@ -202,15 +219,17 @@ void NAME(const float* x, const float* go, float* gx, const float* kv,     \
                 cb[j] += gx_ * xv * d;                                     \
             }                                                              \
         }                                                                  \
-        reduce_cols(s_ve + wbase, ca, W, kw, nw);                          \
-        reduce_cols(s_ho + wbase, cb, W, kw, nw);                          \
+        float kvc[nw];                                                     \
+        for (int64_t c = 0; c < nw; ++c) kvc[c] = cst * kv[wbase + c];     \
+        reduce_cols(g_ve + wbase, ca, NULL, W, kw, nw);                    \
+        reduce_cols(g_ho + wbase, cb, kvc, W, kw, nw);                     \
     )                                                                      \
     free(rv);                                                              \
 }                                                                          \
 MMACT_PARALLEL(NAME, (const float* x, const float* go, float* gx,         \
                       const float* kv, const float* ko, float cst,         \
-                      double* s_ve, double* s_ho, GEOM_PARAMS),            \
-               (x, go, gx, kv, ko, cst, s_ve, s_ho, GEOM_NAMES))
+                      float* g_ve, float* g_ho, GEOM_PARAMS),              \
+               (x, go, gx, kv, ko, cst, g_ve, g_ho, GEOM_NAMES))
 
 APPLY(fles_apply_sigmoid, RHO_SIGMOID)
 APPLY(fles_apply_erf, RHO_ERF)
@@ -219,12 +238,16 @@ GATE_BWD(fles_gate_bwd_sigmoid, RHO_SIGMOID)
 GATE_BWD(fles_gate_bwd_erf, RHO_ERF)
 GATE_BWD(fles_gate_bwd_mish, RHO_MISH)
 
-/* gx += f'(x) q: mode 0 (positive) f' = [x > 0], mode 1 (mean) f' = 1. */
-void fles_ind_bwd(const float* x, float* gx, const float* q, int64_t mode,
-                  GEOM_ARGS) {
+/* gx += f'(x) g_ind / div of the pixel's window: mode 0 (positive)
+ * f' = [x > 0], mode 1 (mean) f' = 1. */
+void fles_ind_bwd(const float* x, float* gx, const float* gind,
+                  const float* div, int64_t mode, GEOM_ARGS) {
     float* rq = (float*)malloc(W * sizeof(float));
     BANDS(
-        expand_row(rq, q + wbase, 1.0f, W, kw);
+        float q[nw];
+        for (int64_t c = 0; c < nw; ++c)
+            q[c] = gind[wbase + c] / div[wbase + c];
+        expand_row(rq, q, 1.0f, W, kw);
         for (int64_t i = i0; i < i1; ++i) {
             const float* xr = x + (p * H + i) * W;
             float* gxr = gx + (p * H + i) * W;
@@ -240,9 +263,9 @@ void fles_ind_bwd(const float* x, float* gx, const float* q, int64_t mode,
     )
     free(rq);
 }
-MMACT_PARALLEL(fles_ind_bwd, (const float* x, float* gx, const float* q,
-                              int64_t mode, GEOM_PARAMS),
-               (x, gx, q, mode, GEOM_NAMES))
+MMACT_PARALLEL(fles_ind_bwd, (const float* x, float* gx, const float* gind,
+                              const float* div, int64_t mode, GEOM_PARAMS),
+               (x, gx, gind, div, mode, GEOM_NAMES))
 """
 
 _NAME = 'mmact_fles'
@@ -276,7 +299,7 @@ class FleSCpuKernel:
         p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
         geom = [i64] * 6
         lib.declare('fles_stats', [p, p, p, i64] + geom)
-        lib.declare('fles_ind_bwd', [p, p, p, i64] + geom)
+        lib.declare('fles_ind_bwd', [p, p, p, p, i64] + geom)
         for suffix in ('sigmoid', 'erf', 'mish'):
             lib.declare(f'fles_apply_{suffix}', [p, p, p, p, f32] + geom)
             lib.declare(f'fles_gate_bwd_{suffix}',
@@ -306,16 +329,15 @@ class FleSCpuKernel:
         self.lib.launch(name, args + (h, w, *geom.window, *geom.grid), ranges)
 
     def stats(self, xf: Tensor, geom: WindowGeometry,
-              mode: str) -> Tuple[Tensor, Optional[Tensor]]:
-        """Window sums (float64) of the indicator transform, and the counts
-        of ``x >= 0`` for ``positive`` (None for ``mean``)."""
-        planes = xf.shape[0]
-        sums = torch.empty(planes, *geom.grid, dtype=torch.float64)
-        counts = torch.empty_like(sums) if mode == 'positive' else None
-        cptr = 0 if counts is None else _ptr(counts)
-        self._run('fles_stats', planes, geom,
-                  (_ptr(xf), _ptr(sums), cptr, _MODES[mode]))
-        return sums, counts
+              mode: str) -> Tuple[Tensor, Tensor]:
+        """``(ind, div)``, each ``(planes, nh, nw)``: the indicator and its
+        divisor (count of ``x >= 0`` floored at 1 for ``positive``, window
+        area for ``mean``)."""
+        ind = xf.new_empty(xf.shape[0], *geom.grid)
+        div = torch.empty_like(ind)
+        self._run('fles_stats', xf.shape[0], geom,
+                  (_ptr(xf), _ptr(ind), _ptr(div), _MODES[mode]))
+        return ind, div
 
     def apply(self, xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
               gate: str) -> Tensor:
@@ -333,23 +355,23 @@ class FleSCpuKernel:
         """Returns ``(grad_x, g_ve, g_ho)``: the input gradient with the
         scales held fixed, and the gradients of the per-window scales."""
         suffix, cst = _GATES[gate]
-        planes = xf.shape[0]
         kv, ko = kv.contiguous(), ko.contiguous()
         grad_x = torch.empty_like(xf)
-        s_ve = torch.empty(planes, *geom.grid, dtype=torch.float64)
-        s_ho = torch.empty_like(s_ve)
-        self._run(f'fles_gate_bwd_{suffix}', planes, geom,
+        g_ve, g_ho = torch.empty_like(kv), torch.empty_like(kv)
+        self._run(f'fles_gate_bwd_{suffix}', xf.shape[0], geom,
                   (_ptr(xf), _ptr(gf), _ptr(grad_x), _ptr(kv), _ptr(ko), cst,
-                   _ptr(s_ve), _ptr(s_ho)))
-        g_ho = s_ho.to(kv.dtype).mul_(kv).mul_(cst)
-        return grad_x, s_ve.to(kv.dtype), g_ho
+                   _ptr(g_ve), _ptr(g_ho)))
+        return grad_x, g_ve, g_ho
 
-    def indicator_backward(self, xf: Tensor, grad_x: Tensor, q: Tensor,
-                           geom: WindowGeometry, mode: str) -> None:
-        """``grad_x += f'(x) * q`` of each pixel's window, in place."""
-        q = q.to(torch.float32).contiguous()
-        self._run('fles_ind_bwd', xf.shape[0], geom,
-                  (_ptr(xf), _ptr(grad_x), _ptr(q), _MODES[mode]))
+    def indicator_backward(self, xf: Tensor, grad_x: Tensor, g_ind: Tensor,
+                           div: Tensor, geom: WindowGeometry,
+                           mode: str) -> None:
+        """``grad_x += f'(x) * g_ind / div`` of each pixel's window, in
+        place (``div`` from :meth:`stats`)."""
+        g_ind = g_ind.to(torch.float32).contiguous()
+        self._run(
+            'fles_ind_bwd', xf.shape[0], geom,
+            (_ptr(xf), _ptr(grad_x), _ptr(g_ind), _ptr(div), _MODES[mode]))
 
 
 def build_fles_kernel(isa: Optional[str] = None,

@@ -223,16 +223,6 @@ def _cpu_kernel(x: Tensor, geom: WindowGeometry) -> Optional[FleSCpuKernel]:
     return get_fles_kernel()
 
 
-def _kernel_indicator(kernel: FleSCpuKernel, xf: Tensor, geom: WindowGeometry,
-                      mode: str) -> Tuple[Tensor, Tensor]:
-    """``(ind, count)`` of ``positive`` / ``mean`` from the C kernel."""
-    sums, count = kernel.stats(xf, geom, mode)
-    if count is None:
-        count = window_area(geom, dtype=torch.float64)
-    count = count.clamp_(min=1.0)
-    return (sums / count).to(xf.dtype), count.to(xf.dtype)
-
-
 class _FleSFunction(torch.autograd.Function):
     """Fused FleS: forward and backward save only ``x`` (plus tiny tensors).
 
@@ -250,7 +240,7 @@ class _FleSFunction(torch.autograd.Function):
         kernel = _cpu_kernel(x, geom)
         with record_function('fles.stats'):
             if kernel is not None and kernel.supports_mode(mode):
-                ind, count = _kernel_indicator(kernel, xf, geom, mode)
+                ind, count = kernel.stats(xf, geom, mode)
             else:
                 sums, count = _indicator_stats(xf, geom, mode, eta, n,
                                                gamma, beta, block,
@@ -314,8 +304,8 @@ class _FleSFunction(torch.autograd.Function):
         if g_ind is not None:
             with record_function('fles.bwd.indicator'):
                 if kernel is not None and kernel.supports_mode(ctx.mode):
-                    q = g_ind.reshape(planes, *geom.grid) / count
-                    kernel.indicator_backward(xf, grad_x, q, geom, ctx.mode)
+                    kernel.indicator_backward(xf, grad_x, g_ind, count, geom,
+                                              ctx.mode)
                 else:
                     g_gamma, g_beta = _indicator_grads(xf, g_ind, count, geom,
                                                        ctx.mode, ctx.eta, n,
