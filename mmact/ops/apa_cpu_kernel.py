@@ -33,14 +33,13 @@ float logf(float);
 static inline float exp_nonpos(float x) {
     const float xc = x < -87.0f ? -87.0f : x;
     const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
-    float r = xc - n * 0.693145751953125f;
-    r = r - n * 1.42860676533018738e-06f;
-    float p = 8.2902974e-3f;
-    p = p * r + 4.1897912e-2f;
-    p = p * r + 1.6667636e-1f;
-    p = p * r + 4.9999151e-1f;
-    p = p * r + 9.9999970e-1f;
-    p = p * r + 1.0f;
+    const float r = (xc - n * 0.693145751953125f)
+                    - n * 1.42860676533018738e-06f;
+    /* Estrin's scheme: shorter dependency chain than Horner's */
+    const float r2 = r * r;
+    const float p = (1.0f + r * 9.9999970e-1f)
+                    + r2 * ((4.9999151e-1f + r * 1.6667636e-1f)
+                            + r2 * (4.1897912e-2f + r * 8.2902974e-3f));
     union { int32_t i; float f; } scale;
     scale.i = ((int32_t)n + 127) << 23;
     return p * scale.f;
@@ -50,10 +49,9 @@ static inline float exp_nonpos(float x) {
  * a cubic in s^2 fitted for relative error (2e-7). */
 static inline float log1p_from_s(float s) {
     const float s2 = s * s;
-    float p = 0.34225806f;
-    p = p * s2 + 0.39589497f;
-    p = p * s2 + 0.66676003f;
-    p = p * s2 + 1.99999964f;
+    const float s4 = s2 * s2;
+    const float p = (1.99999964f + s2 * 0.66676003f)
+                    + s4 * (0.39589497f + s2 * 0.34225806f);
     return s * p;
 }
 

@@ -41,14 +41,12 @@ _SOURCE = r"""
 static inline float exp_c(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
-    float r = x - n * 0.693145751953125f;
-    r = r - n * 1.42860676533018738e-06f;
-    float p = 8.2902974e-3f;
-    p = p * r + 4.1897912e-2f;
-    p = p * r + 1.6667636e-1f;
-    p = p * r + 4.9999151e-1f;
-    p = p * r + 9.9999970e-1f;
-    p = p * r + 1.0f;
+    const float r = (x - n * 0.693145751953125f)
+                    - n * 1.42860676533018738e-06f;
+    const float r2 = r * r;  /* Estrin's scheme */
+    const float p = (1.0f + r * 9.9999970e-1f)
+                    + r2 * ((4.9999151e-1f + r * 1.6667636e-1f)
+                            + r2 * (4.1897912e-2f + r * 8.2902974e-3f));
     union { int32_t i; float f; } scale;
     scale.i = ((int32_t)n + 127) << 23;
     return p * scale.f;
