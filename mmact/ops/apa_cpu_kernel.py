@@ -172,7 +172,10 @@ class CpuKernel:
 
     @staticmethod
     def usable(z: Tensor) -> bool:
-        """Whether the kernel can evaluate ``z`` (plain float32 CPU data)."""
+        """Whether the kernel can evaluate ``z`` (plain float32 CPU data,
+        eager mode)."""
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            return False  # checked first: tracers reject ``z.layout``
         return (type(z) in (torch.Tensor, torch.nn.Parameter)
                 and z.device.type == 'cpu' and z.dtype == torch.float32
                 and z.layout == torch.strided)

@@ -307,10 +307,11 @@ class FleSCpuKernel:
     @staticmethod
     def usable(x: Tensor, geom: WindowGeometry) -> bool:
         """Whether the kernel evaluates FleS passes on ``x`` with ``geom``."""
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            return False
         return (type(x) in (torch.Tensor, torch.nn.Parameter)
                 and x.device.type == 'cpu' and x.dtype == torch.float32
-                and not geom.overlapping and not torch.jit.is_tracing()
-                and not torch.compiler.is_compiling())
+                and not geom.overlapping)
 
     @staticmethod
     def supports_gate(gate: str) -> bool:
