@@ -12,7 +12,9 @@ _base_ = './retinanet_poolformer-s12_fpn_1x_coco.py'
 fles_checkpoint = 'work_dirs/poolformer-s12_fles_8xb128_in1k/epoch_310.pth'
 # Window (h, w) in feature-map pixels of every stage; a window larger than a
 # (deep-stage) map is clamped to the map. Paper ablation (Tab. 11): 9x9 gives
-# 36.1, 5x5 35.8 mAP.
+# 36.1, 5x5 35.8 mAP. The paper's wording ("feature patch of size 9x15", 5x5
+# a "smaller" window than 9x9) reads as pixels; window_grid=(9, 15) instead
+# tiles every map into 9x15 windows (see the project README).
 fles_det = dict(type='FleS', window_size=(9, 15), reduction=32)
 
 # MaterializedModel materialises the lazy FleS parameters with one no-grad
