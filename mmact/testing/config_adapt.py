@@ -15,7 +15,7 @@ Example:
     >>> from mmengine.runner import Runner
     >>> cfg = Config.fromfile('configs/lvis/apa_mrcnn_r50.py')
     >>> kind = config_data_kind(cfg)                          # 'lvis'
-    >>> root = generate_lvis('/tmp/toy_lvis', num_classes=20)
+    >>> root = generate_toy_data('lvis', '/tmp/toy_lvis', num_classes=20)
     >>> small = adapt_config(cfg, root, num_classes=20, work_dir='/tmp/w')
     >>> Runner.from_cfg(small).train()
 """
