@@ -119,8 +119,9 @@ def test_toy_config_matches_generated_data(config_pair):
     real_loss = real.model.roi_head.bbox_head.loss_cls
     default_rare = inspect.signature(GOLLoss).parameters['rare_threshold']
     real_rare = real_loss.get('rare_threshold', default_rare.default)
-    assert toy.model.roi_head.bbox_head.loss_cls.rare_threshold == \
-        pytest.approx(share * real_rare / real.train_dataloader.dataset.oversample_thr)
+    real_rfs = real.train_dataloader.dataset.oversample_thr
+    toy_rare = toy.model.roi_head.bbox_head.loss_cls.rare_threshold
+    assert toy_rare == pytest.approx(share * real_rare / real_rfs)
     assert toy.toy_test_scale == tuple(defaults['image_size'])
     assert toy.test_evaluator.ann_file.startswith(toy.toy_data_root)
 

@@ -3,8 +3,8 @@
 Each entry of :data:`FORMATS` says what differs between the stock layouts:
 annotation file names, where images go and what their json record holds,
 the category records, which splits are long-tailed, the options and their
-defaults. :func:`generate_toy_data` renders any entry; the classification format has
-its own small writer because it has no annotation json.
+defaults. :func:`generate_toy_data` renders any entry; the classification
+format has its own small writer because it has no annotation json.
 """
 import json
 import os
