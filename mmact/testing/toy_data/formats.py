@@ -38,7 +38,11 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class _Job:
-    """One generation run: the options plus what is derived from them."""
+    """One generation run: the options plus what is derived from them.
+
+    The hooks of :class:`ToyFormat` read options as attributes
+    (``job.num_classes``).
+    """
     fmt: 'ToyFormat'
     out_dir: str
     options: Dict[str, Any]
@@ -72,10 +76,12 @@ class ToyFormat:
         prepare (Callable, optional): ``(job)`` -> entries added to the json
             ``info`` (and seen by the other hooks as ``job.info``).
         extra_files (Callable, optional): ``(job, names)`` -> writes files
-            beside the annotations (e.g. a label list).
+            beside the annotations (e.g. a label list), returns their paths
+            relative to the root.
         iscrowd (bool): Annotations carry ``iscrowd=0`` (LVIS has none).
-        writer (Callable, optional): ``(job, progress)`` -> writes the set;
-            replaces the detection writer (classification).
+        writer (Callable, optional): ``(job, progress)`` -> writes the set
+            and returns its files relative to the root; replaces the
+            detection writer (classification).
     """
     name: str
     title: str
