@@ -12,5 +12,5 @@ model = dict(
         _base_.apase_aglu_r50_cls,
         _delete_=True,
         attention_cfg=dict(
-            type='APASELayer', gate_cfg=dict(type='APA',
-                                             kappa_init=(0.0, 1.0)))))
+            type='APASELayer',
+            gate_cfg=dict(type='APA', kappa_init=(0.0, 1.0)))))

@@ -253,12 +253,19 @@ def test_config_settings(config):
     backbone = cfg.model.backbone
     name = Path(config).stem
     # the name says backbone / activation
-    if backbone.type == 'ActResNet':
-        tag = {('ReLU', 'SEAttention'): 'se-relu',
-               ('AGLU', 'APASELayer'): 'apase-aglu'}[(
-                   backbone.act_cfg.type, backbone.attention_cfg.type)]
+    if backbone.type in ('ActResNet', 'ActResNeXt'):
+        tag = {
+            ('ReLU', 'SEAttention'): 'se-relu',
+            ('AGLU', 'APASELayer'): 'apase-aglu',
+            ('AGLU', None): 'aglu',
+            ('ReLU', 'APASELayer'): 'apase-relu',
+            ('ReLU', 'CBAMAttention'): 'cbam-relu',
+            ('AGLU', 'APACBAMAttention'): 'apacbam-aglu',
+        }[(backbone.act_cfg.type,
+           (backbone.get('attention_cfg') or {}).get('type'))]
+        letter = 'x' if backbone.type == 'ActResNeXt' else 'r'
         if config != 'configs/lvis/apa_mrcnn_r50.py':
-            assert f'{tag}-r{backbone.depth}' in name
+            assert f'{tag}-{letter}{backbone.depth}' in name
     else:
         assert backbone.type == 'ResNet' and f'_r{backbone.depth}_' in name
 
@@ -372,7 +379,7 @@ def test_pretrained_checkpoint_is_what_the_imagenet_config_writes(config):
     init = backbone.init_cfg
     assert init.type == 'Pretrained'
     if backbone.type != 'ActResNet':  # plain ResNet: torchvision weights
-        assert init.checkpoint == 'torchvision://resnet50'
+        assert init.checkpoint == f'torchvision://resnet{backbone.depth}'
         return
     match = _WORK_DIR_CKPT.match(init.checkpoint)
     assert match, init.checkpoint
