@@ -150,9 +150,11 @@ def test_extreme_inputs_and_lambda_at_clamp(name, dtype):
     x = base.repeat(2, 4, 1).to(DEVICE)  # (2, 4, 11)
     if dtype == torch.float16:
         x = x.clamp(-6e4, 6e4)
-    # negative, small and large slopes; lambda 0 is clamped to 1e-4
+    # negative, small and large slopes; lambda 0 is clamped to 1e-4. Not
+    # 1e-4 itself: float32(1e-4) lies below 1e-4, so the float64 reference
+    # would clamp it (zero lambda gradient) while float32 keeps it.
     k = torch.tensor([-1.0, 0.05, 1.0, 8.0], device=DEVICE)
-    lam = torch.tensor([0.0, 1e-4, 1.0, 50.0], device=DEVICE)
+    lam = torch.tensor([0.0, 2e-4, 1.0, 50.0], device=DEVICE)
     xq = x.to(dtype)
     go = torch.randn(x.shape, device=DEVICE).to(dtype)
     out = run(name, xq, k, lam, grad_out=go)
