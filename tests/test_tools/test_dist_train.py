@@ -23,10 +23,13 @@ def free_port() -> str:
 
 
 def run(cmd, cwd):
-    env = dict(os.environ, PYTHON=sys.executable, PORT=free_port(),
-               PYTHONPATH=str(Path(__file__).parent))
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True,
-                            text=True, timeout=900)
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=free_port(),
+        PYTHONPATH=str(Path(__file__).parent))
+    result = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -52,8 +55,12 @@ def trained(tmp_path_factory, toy_data_root):
         # predictions have something to compare.
         "model = dict(test_cfg=dict(rcnn=dict(score_thr=0.0)))\n")
     work_dir = cwd / 'work'
-    log = run(['bash', str(REPO / 'tools/dist_train.sh'), str(config), '2',
-               '--work-dir', str(work_dir)], cwd)
+    log = run([
+        'bash',
+        str(REPO / 'tools/dist_train.sh'),
+        str(config), '2', '--work-dir',
+        str(work_dir)
+    ], cwd)
     return cwd, config, work_dir, log
 
 
@@ -63,8 +70,8 @@ def test_ranks_hold_identical_parameters(trained):
     rank0 = torch.load(work_dir / 'params_rank0.pth')
     rank1 = torch.load(work_dir / 'params_rank1.pth')
     assert rank0.keys() == rank1.keys() and len(rank0) > 100
-    saved = torch.load(work_dir / 'epoch_1.pth',
-                       weights_only=False)['state_dict']
+    saved = torch.load(
+        work_dir / 'epoch_1.pth', weights_only=False)['state_dict']
     for name, value in rank0.items():
         torch.testing.assert_close(value, rank1[name], rtol=0, atol=0)
         # The checkpoint holds exactly the trained weights.
@@ -81,12 +88,20 @@ def test_only_rank0_writes_the_checkpoint(trained):
 def test_dist_test_matches_single_process(trained):
     cwd, config, work_dir, _ = trained
     checkpoint = str(work_dir / 'epoch_1.pth')
-    single = run([sys.executable, str(REPO / 'tools/test.py'), str(config),
-                  checkpoint, '--work-dir', str(cwd / 'single'), '--out',
-                  str(cwd / 'single.pkl')], cwd)
-    double = run(['bash', str(REPO / 'tools/dist_test.sh'), str(config),
-                  checkpoint, '2', '--work-dir', str(cwd / 'double'), '--out',
-                  str(cwd / 'double.pkl')], cwd)
+    single = run([
+        sys.executable,
+        str(REPO / 'tools/test.py'),
+        str(config), checkpoint, '--work-dir',
+        str(cwd / 'single'), '--out',
+        str(cwd / 'single.pkl')
+    ], cwd)
+    double = run([
+        'bash',
+        str(REPO / 'tools/dist_test.sh'),
+        str(config), checkpoint, '2', '--work-dir',
+        str(cwd / 'double'), '--out',
+        str(cwd / 'double.pkl')
+    ], cwd)
     assert metrics(single) and metrics(single) == metrics(double)
     with open(cwd / 'single.pkl', 'rb') as f:
         single_preds = pickle.load(f)
@@ -99,3 +114,59 @@ def test_dist_test_matches_single_process(trained):
                                    b['pred_instances']['bboxes'])
         torch.testing.assert_close(a['pred_instances']['scores'],
                                    b['pred_instances']['scores'])
+
+
+TINY_CLS = Path(__file__).parent / 'configs/tiny-cls_aglu-apa.py'
+
+
+def test_sync_bn_and_exact_resume_with_two_cpu_processes(
+        tmp_path, toy_data_root):
+    """SyncBN (GPU-only) runs as BN with one warning; 2 epochs straight and
+    1 + --resume give identical checkpoints, each process getting its own
+    random state back."""
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'toy_cls').symlink_to(
+        toy_data_root(
+            'cls',
+            num_classes=4,
+            imbalance=2,
+            max_per_class=8,
+            num_val_per_class=2))
+    # Another seed per process, so restoring one process's state on both
+    # would show.
+    sync_bn = ('model.backbone.norm_cfg.type=SyncBN',
+               'randomness.diff_rank_seed=True')
+
+    def dist_train(work_dir, *options):
+        return run([
+            'bash',
+            str(REPO / 'tools/dist_train.sh'),
+            str(TINY_CLS), '2', '--work-dir',
+            str(work_dir), *options
+        ], tmp_path)
+
+    log = dist_train(tmp_path / 'straight', '--cfg-options', *sync_bn)
+    assert log.count('SyncBN needs GPUs') == 1
+    dist_train(tmp_path / 'resumed', '--cfg-options', *sync_bn,
+               'train_cfg.max_epochs=1')
+    dist_train(tmp_path / 'resumed', '--resume', '--cfg-options', *sync_bn)
+
+    straight = torch.load(
+        tmp_path / 'straight/epoch_2.pth', weights_only=False)
+    resumed = torch.load(tmp_path / 'resumed/epoch_2.pth', weights_only=False)
+    rank0, rank1 = straight['random_state']  # one per process
+    assert not torch.equal(rank0['torch'], rank1['torch'])
+    for part in ('state_dict', 'optimizer', 'param_schedulers',
+                 'random_state'):
+        assert identical(straight[part], resumed[part]), part
+
+
+def identical(a, b) -> bool:
+    """Equal values, every tensor bit for bit, through dicts and lists."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(identical, a, b))
+    return a == b
