@@ -13,5 +13,4 @@ _base_ = './poolformer-s12_fles_8xb128_in1k.py'
 # 128 images. Lazy channel count: the inherited MaterializedModel wrapper
 # materialises it.
 model = dict(
-    model=dict(
-        backbone=dict(act_cfg=dict(_delete_=True, type='MetaACON'))))
+    model=dict(backbone=dict(act_cfg=dict(_delete_=True, type='MetaACON'))))

@@ -32,8 +32,8 @@ def test_registered_in_root_registry_and_builds_via_mmcv():
     act = build_activation_layer(dict(type='FleS', reduction=4))
     assert isinstance(act, FleS)
     # ConvModule injects inplace=True into act_cfg; FleS accepts it
-    conv = ConvModule(3, 8, 3, padding=1, act_cfg=dict(type='FleS',
-                                                       reduction=4))
+    conv = ConvModule(
+        3, 8, 3, padding=1, act_cfg=dict(type='FleS', reduction=4))
     y = conv(torch.randn(2, 3, 6, 6))
     assert y.shape == (2, 8, 6, 6) and conv.activate.channels == 8
 
@@ -52,8 +52,7 @@ def test_registered_names_resolve_under_downstream_scopes():
 def test_lazy_materialises_on_first_forward():
     m = FleS(window_size=(3, 4), reduction=4)
     assert m.channels is None
-    assert all(
-        isinstance(p, UninitializedParameter) for p in m.parameters())
+    assert all(isinstance(p, UninitializedParameter) for p in m.parameters())
     m(torch.randn(1, 16, 5, 6))
     assert m.channels == 16
     shapes = {n: tuple(p.shape) for n, p in m.named_parameters()}
@@ -80,13 +79,13 @@ def test_explicit_channels_and_softplus_indicator_params():
 
 
 @pytest.mark.parametrize('kwargs,match', [
-    (dict(channels=16, reduction=32),
-     'reduction=32 is larger than the channel count 16'),
+    (dict(channels=16,
+          reduction=32), 'reduction=32 is larger than the channel count 16'),
     (dict(channels=0), 'channels must be a positive int, got 0'),
     (dict(reduction=0), 'reduction must be a positive int, got 0'),
     (dict(window_size=(0, 3)), r'window_size must be positive, got \(0, 3\)'),
-    (dict(window_size=3, stride=(3, -1)),
-     r'stride must be positive, got \(3, -1\)'),
+    (dict(window_size=3,
+          stride=(3, -1)), r'stride must be positive, got \(3, -1\)'),
     (dict(window_size=3, stride=4), r'stride \(4, 4\) must not exceed'),
     (dict(gate='relu'), "unknown gate 'relu'"),
     (dict(indicator='max'), "unknown indicator 'max'"),
@@ -140,8 +139,8 @@ def test_window_larger_than_map_is_clamped_with_one_warning():
 
 
 # ---------------------------------------------------------------- behaviour
-@pytest.mark.parametrize('gate', ['sigmoid', 'erf', 'tanh_softplus',
-                                  'tanh_gate'])
+@pytest.mark.parametrize('gate',
+                         ['sigmoid', 'erf', 'tanh_softplus', 'tanh_gate'])
 @pytest.mark.parametrize('kwargs', [
     dict(),
     dict(window_size=(3, 4)),
@@ -216,11 +215,15 @@ def test_token_and_channels_last_layouts_match_nchw():
     torch.testing.assert_close(seq(x.flatten(2)), y.flatten(2))
     # (N, H, W, C) with windows
     win = randomize(FleS(channels=8, reduction=4, window_size=(2, 4)))
-    last = FleS(channels=8, reduction=4, window_size=(2, 4),
-                data_format='channels_last')
+    last = FleS(
+        channels=8,
+        reduction=4,
+        window_size=(2, 4),
+        data_format='channels_last')
     last.load_state_dict(win.state_dict())
     torch.testing.assert_close(
-        last(x.permute(0, 2, 3, 1)), win(x).permute(0, 2, 3, 1))
+        last(x.permute(0, 2, 3, 1)),
+        win(x).permute(0, 2, 3, 1))
     # lazy channels_last reads C from the last dim
     lazy = FleS(reduction=4, data_format='channels_last')
     lazy(x.permute(0, 2, 3, 1))
@@ -279,8 +282,8 @@ def test_autocast_and_low_precision_finite(dtype):
 # ------------------------------------------------------------ lazy module
 def test_lazy_module_loads_checkpoint_strictly_without_forward():
     torch.manual_seed(7)
-    src = randomize(FleS(channels=16, reduction=4, window_size=3,
-                         indicator='softplus'))
+    src = randomize(
+        FleS(channels=16, reduction=4, window_size=3, indicator='softplus'))
     dst = FleS(reduction=4, window_size=3, indicator='softplus')
     dst.load_state_dict(src.state_dict(), strict=True)
     assert dst.channels == 16
@@ -335,18 +338,20 @@ def test_poolformer_s12_trains_and_reloads_strictly(tmp_path):
             model,
             dict(
                 optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-                paramwise_cfg=dict(norm_decay_mult=0.0,
-                                   bias_decay_mult=0.0)))
+                paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0)))
         in_optim = {
             id(p)
-            for group in optim.optimizer.param_groups for p in group['params']
+            for group in optim.optimizer.param_groups
+            for p in group['params']
         }
         assert in_optim == {id(p) for p in model.parameters()}
         assert all(id(p) in in_optim for m in fles for p in m.parameters())
 
         data = dict(
-            inputs=[torch.randint(0, 256, (3, size, size),
-                                  dtype=torch.uint8) for _ in range(2)],
+            inputs=[
+                torch.randint(0, 256, (3, size, size), dtype=torch.uint8)
+                for _ in range(2)
+            ],
             data_samples=[DataSample().set_gt_label(i) for i in (1, 7)])
         before = fles[0].fc2_weight.detach().clone()
         model.train()

@@ -33,8 +33,12 @@ def test_parameter_count_of_each_layout(channels, reduction):
 
 def test_shared_trunk_equals_two_mlps_with_tied_first_layers():
     torch.manual_seed(0)
-    sep = _randomize(FleS(channels=16, reduction=4, window_size=(2, 3),
-                          mlp_layout='separate'))
+    sep = _randomize(
+        FleS(
+            channels=16,
+            reduction=4,
+            window_size=(2, 3),
+            mlp_layout='separate'))
     with torch.no_grad():
         sep.fc1_weight[1] = sep.fc1_weight[0]
         sep.fc1_bias[1] = sep.fc1_bias[0]
@@ -75,13 +79,15 @@ def test_checkpoint_of_the_separate_layout():
         assert torch.equal(lazy.state_dict()[key], value)
     lazy(torch.randn(1, c, 4, 4))
     for shared in (FleS(reduction=8), FleS(channels=c, reduction=8)):
-        with pytest.raises(ValueError,
-                           match="'separate' scale-MLP layout.*"
-                           "mlp_layout='separate'"):
+        with pytest.raises(
+                ValueError,
+                match="'separate' scale-MLP layout.*"
+                "mlp_layout='separate'"):
             shared.load_state_dict(old)
     with pytest.raises(ValueError, match="holds the 'shared'"):
-        FleS(reduction=8, mlp_layout='separate').load_state_dict(
-            FleS(channels=c, reduction=8).state_dict())
+        FleS(
+            reduction=8, mlp_layout='separate').load_state_dict(
+                FleS(channels=c, reduction=8).state_dict())
 
 
 def test_grid_window():
@@ -96,8 +102,8 @@ def test_grid_window():
 def test_window_grid_is_a_pixel_window_per_map():
     torch.manual_seed(1)
     grid = _randomize(FleS(channels=8, reduction=4, window_grid=(3, 5)))
-    for (h, w), window in (((10, 16), (4, 4)), ((5, 5), (2, 1)),
-                           ((2, 3), (1, 1))):
+    for (h, w), window in (((10, 16), (4, 4)), ((5, 5), (2, 1)), ((2, 3),
+                                                                  (1, 1))):
         pix = FleS(channels=8, reduction=4, window_size=window)
         pix.load_state_dict(grid.state_dict())
         x = torch.randn(2, 8, h, w)
@@ -124,8 +130,7 @@ def test_tokens_with_a_grid_shape_equal_the_feature_map(kwargs):
     # the same through the attribute a backbone sets, and for (B, C, L)
     tok.token_hw_shape = (5, 6)
     torch.testing.assert_close(tok(tokens), got)
-    seq = FleS(
-        channels=8, reduction=4, data_format='channels_first', **kwargs)
+    seq = FleS(channels=8, reduction=4, data_format='channels_first', **kwargs)
     seq.load_state_dict(ref.state_dict())
     torch.testing.assert_close(
         seq(x.flatten(2), hw_shape=(5, 6)), want.flatten(2))
