@@ -262,6 +262,12 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
     kappa = _as_param(kappa, x)
     lam = _as_param(lambda_, x).clamp(min=lambda_min)
+    # The kernels take both parameters shared or both per channel: a shared
+    # one beside a per-channel one is expanded (autograd sums its gradient).
+    if kappa.numel() == 1 and lam.numel() > 1:
+        kappa = kappa.reshape(1).expand(lam.numel()).contiguous()
+    elif lam.numel() == 1 and kappa.numel() > 1:
+        lam = lam.reshape(1).expand(kappa.numel()).contiguous()
     if torch.onnx.is_in_onnx_export():
         # Compose standard ops so that any exporter can translate it.
         z, k, l = x.to(_compute_dtype(x)), None, None  # noqa: E741

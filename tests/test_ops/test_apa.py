@@ -141,6 +141,40 @@ def test_parameter_gradients_are_reduced_per_channel():
     torch.testing.assert_close(lam.grad, l2.grad.view(3))
 
 
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('k_channels, l_channels', [(1, 3), (3, 1)])
+def test_shared_beside_per_channel_parameter(name, k_channels, l_channels):
+    """One shared and one per-channel parameter: float64 gradcheck, and the
+    float32 fused CPU path (>= 4096 elements) against the float64 result."""
+    op, reference = OPS[name]
+    g = torch.Generator().manual_seed(5)
+    k = torch.rand(k_channels, generator=g, dtype=torch.float64) + 0.5
+    lam = torch.rand(l_channels, generator=g, dtype=torch.float64) + 0.2
+    x = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        op, (x.requires_grad_(), k.clone().requires_grad_(),
+             lam.clone().requires_grad_()),
+        eps=1e-6,
+        atol=1e-7)
+    x = torch.randn(2, 3, 32, 32, generator=g, dtype=torch.float64)
+    grads = {}
+    for dtype in (torch.float32, torch.float64):
+        args = [t.to(dtype, copy=True).requires_grad_() for t in (x, k, lam)]
+        op(*args).pow(2).sum().backward()
+        grads[dtype] = [a.grad.double() for a in args]
+    ref_args = [
+        x.clone().requires_grad_(),
+        k.view(-1, 1, 1).clone().requires_grad_(),
+        lam.view(-1, 1, 1).clone().requires_grad_()
+    ]
+    reference(*ref_args).pow(2).sum().backward()
+    for got, want, ref in zip(grads[torch.float32], grads[torch.float64],
+                              ref_args):
+        torch.testing.assert_close(want, ref.grad.reshape(want.shape))
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------- memory
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])

@@ -39,11 +39,12 @@ def use_triton(x: Tensor) -> bool:
         raise ValueError(f'MMACT_TRITON={mode!r}: use 1 (Triton for CPU '
                          'tensors too), 0 (never Triton) or leave it unset '
                          '(Triton for CUDA tensors)')
-    if mode == '0':
+    # Tracing first: dynamo's strict backward mode bans reading x.layout.
+    if (mode == '0' or torch.compiler.is_compiling()
+            or torch.jit.is_tracing()):
         return False
     if (x.dtype not in TRITON_DTYPES or x.layout != torch.strided
-            or type(x) not in (Tensor, torch.nn.Parameter)
-            or torch.compiler.is_compiling() or torch.jit.is_tracing()):
+            or type(x) not in (Tensor, torch.nn.Parameter)):
         return False
     if x.device.type == 'cuda':
         return _HAS_TRITON
