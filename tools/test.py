@@ -16,7 +16,7 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError
-from mmact.utils import setup_cpu_distributed
+from mmact.utils import check_mmcv, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    load_config, unknown_type_hint)
 
@@ -140,6 +140,7 @@ def enable_tta(cfg: Config) -> None:
 
 def main() -> None:
     args = parse_args()
+    check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher
     if args.work_dir is not None:

@@ -15,7 +15,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner, find_latest_checkpoint
 
 import mmact  # noqa: F401  (registers mmact components)
-from mmact.utils import setup_cpu_distributed
+from mmact.utils import check_mmcv, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_pretrained_paths, load_config,
                                    unknown_type_hint)
@@ -101,6 +101,7 @@ def add_hook(cfg: Config, hook: dict) -> None:
 
 def main() -> None:
     args = parse_args()
+    check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher
     if args.work_dir is not None:
