@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from mmact.datasets.class_counts import image_counts_from_labels
+
 from .classes import COCO_CATEGORY_IDS, coco_supercategories, toy_classes
 from .labels import (covering_labels, long_tail_counts, lvis_frequency,
                      lvis_frequency_thresholds, lvis_long_tail_labels,
@@ -255,13 +257,10 @@ def _lvis_train_labels(job: _Job, rng) -> List[List[int]]:
 def _lvis_categories(job: _Job, names, train_labels) -> List[dict]:
     # Both splits list the training statistics, as LVIS does.
     thr = job.info['frequency_thresholds']
-    image_counts = [0] * len(names)
-    instance_counts = [0] * len(names)
-    for labels in train_labels:
-        for label in set(labels):
-            image_counts[label] += 1
-        for label in labels:
-            instance_counts[label] += 1
+    image_counts, _ = image_counts_from_labels(train_labels, len(names))
+    instance_counts = np.bincount(
+        [label for labels in train_labels for label in labels],
+        minlength=len(names)).tolist()
     return [
         dict(
             id=i + 1,
