@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = Path(__file__).parent / 'configs'
 TINY = CONFIGS / 'tiny-cls_aglu-apa.py'
 TINY_FLES = CONFIGS / 'tiny-cls_fles-aglu-apa.py'
+TINY_ITERS = CONFIGS / 'tiny-cls_aglu-apa_iters.py'
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
 # 23 training images (4 long-tailed classes), 8 for validation.
 TOY_CLS = dict(
@@ -111,6 +112,24 @@ def test_resume_is_exact(cwd, first_epoch, straight):
     assert_identical(resumed['optimizer'], expected['optimizer'])
     assert_identical(resumed['param_schedulers'], expected['param_schedulers'])
     assert_identical(resumed['random_state'], expected['random_state'])
+
+
+def test_resume_is_exact_by_iterations(cwd):
+    """IterBasedTrainLoop re-draws the trained batches to skip them on
+    resume; that must not use up the restored random state."""
+    train(cwd, cwd / 'iters', config=TINY_ITERS)
+    train(
+        cwd,
+        cwd / 'iters_resumed',
+        '--cfg-options',
+        'train_cfg.max_iters=3',
+        config=TINY_ITERS)
+    train(cwd, cwd / 'iters_resumed', '--resume', config=TINY_ITERS)
+    expected = load(cwd / 'iters/iter_6.pth')
+    resumed = load(cwd / 'iters_resumed/iter_6.pth')
+    for part in ('state_dict', 'optimizer', 'param_schedulers',
+                 'random_state'):
+        assert_identical(resumed[part], expected[part], part)
 
 
 def test_resume_without_the_hook_is_not_exact(cwd, first_epoch, straight):
