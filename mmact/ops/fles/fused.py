@@ -22,7 +22,8 @@ Each stage is labelled for ``torch.profiler`` (``fles.*``).
 CUDA tensors with tiles or a global window and the ``positive`` / ``mean``
 indicators run on the Triton kernels of :mod:`mmact.ops.triton.fles`.
 """
-from typing import Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -223,6 +224,31 @@ def _cpu_kernel(x: Tensor, geom: WindowGeometry) -> Optional[FleSCpuKernel]:
     return get_fles_kernel()
 
 
+#: Indicator grids up to this many values run the scale MLP on one thread.
+SMALL_GRID = 1 << 18
+
+
+@contextmanager
+def _small_op_threads(ind: Tensor) -> Iterator[None]:
+    """One intra-op thread for the scale MLP on a small CPU grid.
+
+    The MLP is a few dozen tiny ops; with several threads each of them ends
+    in a barrier, and on a loaded machine a descheduled worker stalls every
+    barrier (measured: 0.9 s instead of 10 ms per step with 2 threads and a
+    load average of 12 on 2 cores).
+    """
+    threads = torch.get_num_threads()
+    if (threads == 1 or ind.device.type != 'cpu' or ind.numel() > SMALL_GRID
+            or torch.compiler.is_compiling()):
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 class _FleSFunction(torch.autograd.Function):
     """Fused FleS: forward and backward save only ``x`` (plus tiny tensors).
 
@@ -247,7 +273,7 @@ class _FleSFunction(torch.autograd.Function):
                                                torch.empty_like(xf))
                 ind = sums / count
         ind = ind.view(n, c, *geom.grid)
-        with record_function('fles.mlp'):
+        with record_function('fles.mlp'), _small_op_threads(ind):
             k_ve, k_ho = scale_fn(ind, *params)
         kv = k_ve.reshape(planes, *geom.grid)
         ko = k_ho.reshape(planes, *geom.grid)
@@ -280,7 +306,7 @@ class _FleSFunction(torch.autograd.Function):
         xf = x.reshape(planes, h, w)
         gf = grad_out.contiguous().reshape(planes, h, w)
         kernel = _cpu_kernel(x, geom)
-        with record_function('fles.bwd.mlp'):
+        with record_function('fles.bwd.mlp'), _small_op_threads(ind):
             k_ve, k_ho, *leaves = _scales_with_graph(ctx.scale_fn, ind, params)
         kv = k_ve.detach().reshape(planes, *geom.grid)
         ko = k_ho.detach().reshape(planes, *geom.grid)
@@ -295,7 +321,7 @@ class _FleSFunction(torch.autograd.Function):
                     if geom.overlapping else _gate_grads_tiles)
                 g_ve, g_ho = gate_grads(xf, gf, kv, ko, geom, ctx.gate, block,
                                         grad_x)
-        with record_function('fles.bwd.mlp'):
+        with record_function('fles.bwd.mlp'), _small_op_threads(ind):
             g_ind, *param_grads = torch.autograd.grad(
                 (k_ve, k_ho),
                 leaves, (g_ve.view_as(k_ve), g_ho.view_as(k_ho)),
