@@ -391,3 +391,25 @@ def test_proto_scales_use_batch_statistics():
     assert not torch.allclose(fles_proto_scales(other, alpha, gamma)[0], kve)
     y = fles_apply(x, kve, kho)
     assert y.shape == x.shape
+
+
+def test_scale_mlp_of_small_grid_runs_on_one_thread():
+    """The tiny scale-MLP ops run on one intra-op thread; the caller's
+    thread count is restored."""
+    seen = []
+
+    def scale_fn(ind, *params):
+        seen.append(torch.get_num_threads())
+        return fles_mlp_scales(ind, *params)
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(2, 4, 6, 6, dtype=DT, requires_grad=True)
+        params = [p.requires_grad_() for p in mlp_params(4, 2)]
+        geom = window_geometry(6, 6, (3, 3))
+        fles_fused(x, geom, params, scale_fn=scale_fn).sum().backward()
+        assert seen == [1, 1]  # forward, and the re-run in backward
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
