@@ -100,8 +100,7 @@ def test_legacy_checkpoint_is_accepted(legacy_ckpt):
 
 
 @pytest.mark.parametrize('keep', [0.99, 0.5, 0.01])
-def test_truncated_legacy_checkpoint_is_refused(legacy_ckpt, tmp_path,
-                                                keep):
+def test_truncated_legacy_checkpoint_is_refused(legacy_ckpt, tmp_path, keep):
     data = legacy_ckpt.read_bytes()
     cut = tmp_path / 'cut.pth'
     cut.write_bytes(data[:int(len(data) * keep)])

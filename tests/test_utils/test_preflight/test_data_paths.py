@@ -15,11 +15,13 @@ def _train(dataset: dict, **cfg) -> Config:
 
 
 def test_missing_dataset_names_every_path_and_the_generator(tmp_path):
-    cfg = load_config(TOY_LVIS, {
-        'train_dataloader.dataset.dataset.data_root': f'{tmp_path}/',
-        'val_dataloader.dataset.data_root': f'{tmp_path}/',
-        'val_evaluator.ann_file': f'{tmp_path}/annotations/lvis_v1_val.json'
-    })
+    cfg = load_config(
+        TOY_LVIS, {
+            'train_dataloader.dataset.dataset.data_root': f'{tmp_path}/',
+            'val_dataloader.dataset.data_root': f'{tmp_path}/',
+            'val_evaluator.ann_file':
+            f'{tmp_path}/annotations/lvis_v1_val.json'
+        })
     missing = missing_data_paths(cfg, ('train', 'val'))
     assert any('lvis_v1_train.json' in m and 'dataset.dataset.ann_file' in m
                for m in missing)
@@ -57,8 +59,10 @@ def test_imagenet_split_reads_the_split_folder(tmp_path):
     # mmpretrain: ImageNet(data_root=..., split='train') as in
     # resnet50_8xb32_in1k.py
     cfg = _train(
-        dict(type='ImageNet', data_root=str(tmp_path / 'imagenet'),
-             split='train'),
+        dict(
+            type='ImageNet',
+            data_root=str(tmp_path / 'imagenet'),
+            split='train'),
         default_scope='mmpretrain')
     assert missing_data_paths(cfg, ('train', )) == [
         f'{tmp_path}/imagenet/train (train_dataloader.dataset.split)'
@@ -79,8 +83,9 @@ def test_split_datasets_need_their_data_root(tmp_path):
 def test_downloading_datasets_are_noted_not_missing(tmp_path):
     # CIFAR10 downloads itself by default (download=True).
     cfg = _train(
-        dict(type='CIFAR10', data_root=str(tmp_path / 'cifar10'),
-             split='train'),
+        dict(
+            type='CIFAR10', data_root=str(tmp_path / 'cifar10'),
+            split='train'),
         default_scope='mmpretrain')
     missing, notes = inspect_data_paths(cfg, ('train', ))
     assert missing == [] and 'download=True' in notes[0]
@@ -137,15 +142,16 @@ def test_wrappers_and_concat(tmp_path):
 
 def test_evaluator_forms(tmp_path):
     cfg = Config(
-        dict(
-            val_evaluator=[
-                dict(type='CocoMetric', ann_file=str(tmp_path / 'a.json')),
-                dict(type='Evaluator', metrics=[dict(ann_file='s3://b.json')])
-            ]))
+        dict(val_evaluator=[
+            dict(type='CocoMetric', ann_file=str(tmp_path / 'a.json')),
+            dict(type='Evaluator', metrics=[dict(ann_file='s3://b.json')])
+        ]))
     missing, notes = inspect_data_paths(cfg, ('val', ))
     assert missing == [f'{tmp_path}/a.json (val_evaluator.ann_file)']
-    assert notes == ['s3://b.json (val_evaluator.ann_file): remote, not '
-                     'checked']
+    assert notes == [
+        's3://b.json (val_evaluator.ann_file): remote, not '
+        'checked'
+    ]
 
 
 def test_unknown_split_is_refused():

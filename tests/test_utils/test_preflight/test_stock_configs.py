@@ -18,7 +18,6 @@ from mmengine.config import Config
 import mmact  # noqa: F401
 from mmact.utils.preflight import inspect_data_paths
 
-
 # Forms named in the issue that led to this check, and what they report.
 EXPECTED = {
     'mmpretrain': {
@@ -51,8 +50,7 @@ def stock_configs(package: str) -> Dict[str, str]:
 
 
 @pytest.mark.parametrize('package', ['mmdet', 'mmpretrain'])
-def test_data_check_handles_every_stock_config(package, monkeypatch,
-                                               tmp_path):
+def test_data_check_handles_every_stock_config(package, monkeypatch, tmp_path):
     if os.access('/dev/shm', os.W_OK):
         monkeypatch.setattr(tempfile, 'tempdir', '/dev/shm')
     monkeypatch.chdir(tmp_path)  # no data/ here: every local path missing
@@ -77,8 +75,7 @@ def test_data_check_handles_every_stock_config(package, monkeypatch,
             expected.pop(name)
             line, note = EXPECTED[package][name]
             assert line is None or line in missing, (name, missing)
-            assert note is None or any(note in n for n in notes), (name,
-                                                                   notes)
+            assert note is None or any(note in n for n in notes), (name, notes)
             assert note is None or not missing, (name, missing)
     assert not crashed, '\n'.join(crashed)
     assert not expected, f'not found: {sorted(expected)}'
