@@ -337,14 +337,18 @@ def test_activation_and_accuracy_protocol():
 
 def test_registered_and_sizes_the_bbox_head():
     from mmdet.registry import MODELS
-    head = MODELS.build(
-        dict(
-            type='Shared2FCBBoxHead',
-            in_channels=8,
-            fc_out_channels=16,
-            roi_feat_size=2,
-            num_classes=5,
-            loss_cls=dict(type='GOLLoss', rare_threshold=0.01)))
+    from mmengine.registry import DefaultScope
+
+    # an earlier test's Runner may have left another default scope current
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        head = MODELS.build(
+            dict(
+                type='Shared2FCBBoxHead',
+                in_channels=8,
+                fc_out_channels=16,
+                roi_feat_size=2,
+                num_classes=5,
+                loss_cls=dict(type='GOLLoss', rare_threshold=0.01)))
     assert isinstance(head.loss_cls, GOLLoss)
     assert head.fc_cls.out_features == 5  # no background logit
     assert head.loss_cls.num_classes == 5
