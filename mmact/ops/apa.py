@@ -29,7 +29,7 @@ Execution paths:
 - eager, float32 CPU tensors of >= 4096 elements: the fused C kernel of
   :mod:`mmact.ops.apa_cpu_kernel` (one pass forward, one pass backward);
 - CUDA float32 / float16 / bfloat16 tensors: the fused Triton kernels of
-  :mod:`mmact.ops.triton` (also CPU tensors under ``MMACT_TRITON=1`` with
+  :mod:`mmact.ops.apa_triton` (also CPU tensors under ``MMACT_TRITON=1`` with
   ``TRITON_INTERPRET=1``, for tests);
 - otherwise (float64, small tensors, ``torch.compile`` tracing, no C
   compiler, ``MMACT_TRITON=0``): torch ops with in-place temporaries;
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .apa_cpu_kernel import CpuKernel, get_kernel
-from .triton import use_triton
+from .dispatch import use_triton
 
 __all__ = ['apa', 'aglu', 'apa_reference', 'aglu_reference']
 
@@ -153,7 +153,7 @@ def _eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
     if use_triton(x):
         _broadcast_shape(kappa, x, channel_dim, 'kappa')
         _broadcast_shape(lam, x, channel_dim, 'lambda')
-        from .triton.apa import eta_forward  # imports triton
+        from .apa_triton import eta_forward  # imports triton
         return eta_forward(name, x, kappa, lam, channel_dim)
     z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
     kernel = _fused_kernel(z)
@@ -171,7 +171,7 @@ def _eta_backward(name: str, ctx, grad_out: Tensor):
     x, kappa, lam = ctx.saved_tensors
     need_x, need_k, need_l = ctx.needs_input_grad[:3]
     if use_triton(x):
-        from .triton.apa import eta_backward  # imports triton
+        from .apa_triton import eta_backward  # imports triton
         return (*eta_backward(name, x, grad_out, kappa, lam, ctx.channel_dim,
                               ctx.needs_input_grad), None)
     z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741

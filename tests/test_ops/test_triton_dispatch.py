@@ -1,9 +1,9 @@
-"""Which tensors take the Triton path (mmact.ops.triton.use_triton)."""
+"""Which tensors take the Triton path (mmact.ops.dispatch.use_triton)."""
 import pytest
 import torch
 
 from mmact.ops import aglu, apa
-from mmact.ops.triton import use_triton
+from mmact.ops.dispatch import use_triton
 
 
 def test_cpu_default_is_not_triton(monkeypatch):

@@ -64,7 +64,7 @@ def _compile_for_hopper(fn, types: dict, constexprs: dict) -> None:
 def test_apa_kernels_compile(axis, per_channel):
     """The interpreter does not type-check like the compiler does."""
     pytest.importorskip('triton')
-    from mmact.ops.triton import apa_kernels as kernels
+    from mmact.ops import apa_triton_kernels as kernels
     ints = dict(P='i32', Q='i32', C='i32', n_q='i32')
     params = dict(k_ptr='*fp32', l_ptr='*fp32')
     common = dict(
@@ -104,7 +104,7 @@ def test_apa_kernels_compile(axis, per_channel):
 
 def test_fles_kernels_compile():
     pytest.importorskip('triton')
-    from mmact.ops.triton import fles_kernels as kernels
+    from mmact.ops.fles import triton_kernels as kernels
     maps = dict(x_ptr='*bf16', g_ptr='*bf16', gx_ptr='*bf16')
     windows = dict(kv_ptr='*fp32', ko_ptr='*fp32', q_ptr='*fp32', cst='fp32')
     geometry = {

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-import mmact.ops.triton.apa as triton_apa
+import mmact.ops.apa_triton as triton_apa
 from mmact.models.activations import AGLU
 from mmact.ops import aglu, apa
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-import mmact.ops.triton.fles as triton_fles
+import mmact.ops.fles.triton_path as triton_fles
 from mmact.models.activations.fles import FleS
 from mmact.ops.fles import fles_fused, fles_reference, window_geometry
 

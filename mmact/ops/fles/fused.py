@@ -20,7 +20,7 @@ backward), for the gates and indicators it covers; the rest stays in torch.
 Each stage is labelled for ``torch.profiler`` (``fles.*``).
 
 CUDA tensors with tiles or a global window and the ``positive`` / ``mean``
-indicators run on the Triton kernels of :mod:`mmact.ops.triton.fles`.
+indicators run on the Triton kernels of :mod:`mmact.ops.fles.triton_path`.
 """
 from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence, Tuple
@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
-from ..triton import use_triton
+from ..dispatch import use_triton
 from .cpu_kernel import FleSCpuKernel, get_fles_kernel
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
 from .geometry import (WindowGeometry, window_area, window_coverage,
@@ -373,7 +373,7 @@ def fles_fused(x: Tensor,
         raise ValueError(f'fles_fused expects (N, C, H, W), got {x.shape}')
     x = x.contiguous()
     if use_triton(x):
-        from ..triton import fles as triton_fles  # imports triton
+        from . import triton_path as triton_fles  # imports triton
         if triton_fles.supported(geom, gate, mode):
             return triton_fles.fles_triton(x, geom, params, gate, mode,
                                            scale_fn)

@@ -1,4 +1,8 @@
-"""When the ops take the Triton path (``MMACT_TRITON``)."""
+"""When the ops take the Triton path (``MMACT_TRITON``).
+
+The kernels sit beside the ops they serve (:mod:`mmact.ops.apa_triton`,
+:mod:`mmact.ops.fles.triton_path`); this module imports no triton.
+"""
 import importlib.util
 import os
 

@@ -1,10 +1,10 @@
 """FleS on the Triton kernels (tiles or a global window).
 
 Called by :func:`mmact.ops.fles.fles_fused` when
-:func:`~mmact.ops.triton.use_triton` says so and :func:`supported` holds;
+:func:`~mmact.ops.dispatch.use_triton` says so and :func:`supported` holds;
 other configurations (overlapping windows, the softplus and quasi-linear
 indicators) keep the torch path. Four passes over the pixels per training
-step, two of them in backward (see :mod:`.fles_kernels`); the scale MLP on
+step, two of them in backward (see :mod:`.triton_kernels`); the scale MLP on
 the window grid runs in torch and is re-run in backward, so only ``x`` is
 saved. Indicators and scales are float32 whatever the input dtype.
 """
@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..fles.geometry import WindowGeometry, window_area
-from ..fles.scales import ScaleFn
+from .geometry import WindowGeometry, window_area
+from .scales import ScaleFn
 
 __all__ = ['supported', 'fles_triton']
 
@@ -66,7 +66,7 @@ def _bands(geom: WindowGeometry) -> _Bands:
 
 
 def _kernels():
-    from . import fles_kernels  # imports triton: only on this path
+    from . import triton_kernels as fles_kernels  # imports triton: only on this path
     return fles_kernels
 
 
