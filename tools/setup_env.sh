@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or complete) .venv/ at the repo root with the stack of DESIGN §5:
+# Create (or complete) .venv/ at the repo root with the stack of docs/design.md §5:
 # torch 2.14.1 + torchvision 0.29.1, mmcv 2.1.0 with compiled ops, mmengine, mmdet,
 # mmpretrain, pycocotools, lvis, test tools, and mmact in editable mode.
 # Re-running on a complete .venv only verifies it (seconds).

@@ -1,5 +1,6 @@
 # Mask R-CNN FPN with an SE-ResNet-50 (ReLU) backbone, 2x schedule on COCO:
-# the baseline of paper 000, Table IX-a (40.5 box AP / 36.9 mask AP).
+# the baseline of Alexandridis et al. 2025, Table IX-a (40.5 box AP /
+# 36.9 mask AP).
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     'mmdet::mask_rcnn/mask-rcnn_r50_fpn_2x_coco.py',

@@ -1,6 +1,7 @@
 # APA*+AGLU ResNet-50 on ImageNet-1k, same recipe as the SE-ReLU baseline
-# (paper 000, Sec. VI-A). Init (appendix text with Table XV, balanced
-# ImageNet-1k): APA kappa ~ U(0, 1), AGLU kappa ~ U(1, 1.3), lambda ~ U(0, 1).
+# (Alexandridis et al. 2025, Sec. VI-A). Init (appendix text with Table XV,
+# balanced ImageNet-1k): APA kappa ~ U(0, 1), AGLU kappa ~ U(1, 1.3), lambda ~
+# U(0, 1).
 # Paper (Table VI-a): 78.7 top-1 (SE-R50 77.5).
 _base_ = [
     './se-relu-r50_8xb32-coslr-100e_in1k.py',

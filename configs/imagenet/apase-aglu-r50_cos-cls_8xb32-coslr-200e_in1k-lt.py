@@ -1,6 +1,7 @@
 # APA*+AGLU ResNet-50 on ImageNet-LT, recipe of the SE-ReLU baseline
-# (paper 000, Table XV): APA kappa ~ U(-1, 0), AGLU kappa ~ U(1, 1.3),
-# lambda ~ U(0, 1) (the mmact defaults), attention dropout 0.1.
+# (Alexandridis et al. 2025, Table XV): APA kappa ~ U(-1, 0),
+# AGLU kappa ~ U(1, 1.3), lambda ~ U(0, 1) (the mmact defaults), attention
+# dropout 0.1.
 # Paper (Table II): 57.9 top-1 (Many 68.3, Medium 54.8, Few 39.4) vs 56.0 for
 # SE-R50, both with PC-Softmax (see the baseline config).
 _base_ = [

@@ -1,8 +1,8 @@
-# SE-ResNet-50 (ReLU) on ImageNet-1k with the recipe of paper 000, Sec. VI-A:
-# 100 epochs, SGD lr 0.256 for batch 256 (8 GPUs x 32), cosine decay, mixup
-# 0.2, AutoAugment, 224 random-resized crops. Weight decay 6.103515625e-5,
-# momentum 0.875 and 3 linear warm-up epochs (from lr x 0.01) come from the
-# authors' public ImageNet pre-training command (AGLU repository,
+# SE-ResNet-50 (ReLU) on ImageNet-1k with the recipe of Alexandridis et al.
+# 2025, Sec. VI-A: 100 epochs, SGD lr 0.256 for batch 256 (8 GPUs x 32), cosine
+# decay, mixup 0.2, AutoAugment, 224 random-resized crops. Weight decay
+# 6.103515625e-5, momentum 0.875 and 3 linear warm-up epochs (from lr x 0.01)
+# come from the authors' public ImageNet pre-training command (AGLU repository,
 # classification/README.md, Places-LT section: same lr 0.256 and batch 256);
 # the paper's "weight decay 6e-6" is read as a 10x typo of that 6.1e-5 (see
 # configs/README.md).

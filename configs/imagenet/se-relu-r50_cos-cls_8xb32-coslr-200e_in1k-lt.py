@@ -1,15 +1,14 @@
-# SE-ResNet-50 (ReLU) on ImageNet-LT, the long-tailed baseline of paper 000
-# (Sec. V-B, Table XV): 200 epochs, SGD lr 0.2 for batch 256 (8 GPUs x 32),
-# warm-up + cosine, weight decay 1e-4 (none on biases), mixup 0.2,
+# SE-ResNet-50 (ReLU) on ImageNet-LT, the long-tailed baseline of Alexandridis
+# et al. 2025 (Sec. V-B, Table XV): 200 epochs, SGD lr 0.2 for batch 256 (8
+# GPUs x 32), warm-up + cosine, weight decay 1e-4 (none on biases), mixup 0.2,
 # AutoAugment, cosine classifier with scale 16.
 # Paper (Table II): 56.0 top-1 (Many 66.2, Medium 53.1, Few 37.1), with
 # post-compensated softmax (PC-Softmax, Table XIX: +5.4pp): the head predicts
 # from logits - log(training prior). ShotAccuracy splits top-1 into Many /
-# Medium / Few classes.
-#
-# Data: the ImageNet-LT split files (Liu et al., "Large-Scale Long-Tailed
-# Recognition in an Open World") in data/imagenet/meta/, their paths relative
-# to data/imagenet/ (train/<wnid>/<file>.JPEG, val/<wnid>/<file>.JPEG).
+# Medium / Few classes. Data: the ImageNet-LT split files (Liu et al., "Large-Scale
+# Long-Tailed Recognition in an Open World") in data/imagenet/meta/, their
+# paths relative to data/imagenet/ (train/<wnid>/<file>.JPEG,
+# val/<wnid>/<file>.JPEG).
 _base_ = './se-relu-r50_8xb32-coslr-100e_in1k.py'
 
 train_ann_file = 'data/imagenet/meta/ImageNet_LT_train.txt'

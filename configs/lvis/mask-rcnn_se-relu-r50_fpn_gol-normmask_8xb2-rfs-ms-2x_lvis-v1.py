@@ -1,5 +1,6 @@
 # Mask R-CNN FPN on LVIS v1 with an SE-ResNet-50 (ReLU) backbone: the "GOL
-# (baseline) SE-R50" row of paper 000, Table V (28.2 mask AP, 28.1 box AP).
+# (baseline) SE-R50" row of Alexandridis et al. 2025, Table V (28.2 mask AP,
+# 28.1 box AP).
 #   - GOL classification loss (Gumbel activation + drop-loss), class
 #     frequencies read from the training set by GOLFrequencyHook; fc_cls
 #     initialised as the GOL reference does (weight 0.001, bias -2)
@@ -8,8 +9,8 @@
 #     init as the authors' code)
 #   - repeat-factor sampling (RFS, oversample_thr 1e-3), multi-scale training
 #     (shorter side 640-800), 2x schedule: 24 epochs, SGD lr 0.02 for batch 16
-#     (8 GPUs x 2), weight decay 1e-4, none on biases (paper 000,
-#     Table XV)
+#     (8 GPUs x 2), weight decay 1e-4, none on biases (Alexandridis et
+#     al. 2025, Table XV)
 #   - test: score_thr 1e-4, up to 300 detections per image, LVISMetric
 #     bbox + segm
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.

@@ -1,5 +1,5 @@
-"""Analyses of learned activations (paper 000 Sec. III-B, VII-B, App. F;
-FleS App. E.1, E.3) used by ``tools/analysis`` and
+"""Analyses of learned activations (Alexandridis et al. 2025, Sec. III-B,
+VII-B, App. F; FleS App. E.1, E.3) used by ``tools/analysis`` and
 :class:`mmact.engine.hooks.ActivationStatsHook`."""
 from .model_data import (build_split_dataloader, class_groups, forward_logits,
                          load_model, sample_batches, sample_group)

@@ -1,8 +1,9 @@
 """Find learned activations in a model and read what they learned.
 
 Static views (no data): the learned parameters of each layer and its
-pointwise curve, including ``E[y]`` under ``N(0, 1)`` input (paper 000,
-Fig. 7, 8). Data-dependent views record forward passes with hooks:
+pointwise curve, including ``E[y]`` under ``N(0, 1)`` input
+(Alexandridis et al. 2025, Fig. 7, 8). Data-dependent views record forward
+passes with hooks:
 :class:`AttentionRecorder` (channel-attention weights, Sec. III-B) and
 :class:`FleSRecorder` (FleS scales and gate saturation, FleS App. E.1/E.3).
 Both hooks are removed on exit, so the model is unchanged afterwards.
@@ -115,7 +116,8 @@ _NORMAL_GRID = (-8.0, 8.0, 4001)
 
 
 def expected_output(module: nn.Module) -> np.ndarray:
-    """``E[f(X)]`` for ``X ~ N(0, 1)`` (paper 000, Fig. 7), per curve.
+    """``E[f(X)]`` for ``X ~ N(0, 1)`` (Alexandridis et al. 2025, Fig. 7), per
+    curve.
 
     Larger values mean a harder (more ReLU-like) activation; SiLU gives
     about 0.2066, ReLU ``1 / sqrt(2 pi) = 0.3989``.

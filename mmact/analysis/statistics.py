@@ -1,4 +1,4 @@
-"""Statistics of the paper's analyses (paper 000, Sec. III-B).
+"""Statistics of the paper's analyses (Alexandridis et al. 2025, Sec. III-B).
 
 * Channel-attention entropy, Eq. 4, in **bits** (log base 2): a channel
   weight of 0.5 carries 1 bit, a weight of 0 or 1 carries 0, so a layer's

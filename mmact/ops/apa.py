@@ -1,4 +1,4 @@
-"""APA and AGLU (paper 000, Eq. 5, 6, 13; DESIGN §2).
+"""APA and AGLU (Alexandridis et al. 2025, Eq. 5, 6, 13; docs/design.md §2).
 
 With ``t = l * exp(-k z)`` and ``a = ln(l) - k z`` (so ``t = e^a``)::
 

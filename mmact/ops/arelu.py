@@ -1,4 +1,4 @@
-"""AReLU (paper 001, Sec. 3.3; DESIGN §2).
+"""AReLU (Chen et al., AReLU, 2020, Sec. 3.3; docs/design.md §2).
 
 ::
 

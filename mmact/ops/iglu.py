@@ -1,4 +1,4 @@
-"""IGLU and IGLU-APPROX (paper 002, Eq. 8 and 11; DESIGN §2).
+"""IGLU and IGLU-APPROX (Kang et al., IGLU, Eq. 8 and 11; docs/design.md §2).
 
 ::
 

@@ -335,7 +335,7 @@ def test_imagenet_recipe(config):
     assert any(t.type == 'AutoAugment'
                for t in cfg.train_dataloader.dataset.pipeline)
     assert cfg.train_dataloader.batch_size == 32  # x 8 GPUs = 256
-    if config.endswith('in1k-lt.py'):  # paper 000, Table XV
+    if config.endswith('in1k-lt.py'):  # Alexandridis et al. 2025, Table XV
         assert (optimizer.lr, optimizer.weight_decay) == (0.2, 1e-4)
         assert cfg.train_cfg.max_epochs == 200
         # PC-Softmax (Table XIX) around the cosine classifier
@@ -350,8 +350,9 @@ def test_imagenet_recipe(config):
         assert [m.type for m in cfg.val_evaluator] == ['Accuracy',
                                                       'ShotAccuracy']
         assert cfg.val_evaluator[1].train_ann_file == head.train_ann_file
-    else:  # paper 000, Sec. VI-A, with the authors' public command's
-        # weight decay, momentum and warm-up (paper's 6e-6: a 10x typo)
+    else:  # Alexandridis et al. 2025, Sec. VI-A, with the authors' public
+        # command's weight decay, momentum and warm-up (the paper's 6e-6 is
+        # a 10x typo)
         assert (optimizer.lr, optimizer.weight_decay,
                 optimizer.momentum) == (0.256, 6.103515625e-05, 0.875)
         warmup, cosine = cfg.param_scheduler

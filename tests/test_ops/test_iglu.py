@@ -21,7 +21,7 @@ def test_iglu_approx_formula_and_closeness():
     s = 1.5
     want = 0.5 * x * (1 + 2 * torch.relu(s * x)) / (1 + (s * x).abs())
     torch.testing.assert_close(iglu_approx(x, s), want)
-    # the gates differ by less than 0.025 (paper 002, Fig. 3)
+    # the gates differ by less than 0.025 (Kang et al., IGLU, Fig. 3)
     gate = iglu(x, s) / x
     gate_approx = iglu_approx(x, s) / x
     mask = x != 0

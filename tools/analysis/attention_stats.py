@@ -1,4 +1,5 @@
-"""Channel-attention entropy and variance per layer (paper 000, Sec. III-B).
+"""Channel-attention entropy and variance per layer (Alexandridis et al. 2025,
+Sec. III-B).
 
 Runs ``--num-samples`` samples of the config's dataset through an SE or
 APA* model and reports, for every attention layer in depth order:

@@ -1,4 +1,5 @@
-"""Per-class logit distributions vs Gumbel and Logistic (paper 000, Fig. 2).
+"""Per-class logit distributions vs Gumbel and Logistic (Alexandridis et al.
+2025, Fig. 2).
 
 For every class ``c`` it collects the logit ``z_c`` over ``--num-samples``
 samples of the config's dataset (a classifier: one logit per image; a

@@ -1,4 +1,5 @@
-"""Plot every learned activation of a model (paper 000 Fig. 7, 8; FleS E.1).
+"""Plot every learned activation of a model (Alexandridis et al. 2025, Fig. 7,
+8; FleS E.1).
 
 Writes to ``--out-dir``:
 

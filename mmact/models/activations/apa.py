@@ -1,4 +1,5 @@
-"""APA and AGLU modules (paper 000; math in :mod:`mmact.ops.apa`)."""
+"""APA and AGLU modules (Alexandridis et al. 2025; math in
+:mod:`mmact.ops.apa`)."""
 import numbers
 from typing import Dict, Optional, Tuple, Union
 
@@ -164,7 +165,7 @@ class _AdaptiveParametric(LearnableActivation, BaseModule):
 
 @MODELS.register_module()
 class APA(_AdaptiveParametric):
-    r"""Adaptive Parametric Activation (paper 000, Eq. 5).
+    r"""Adaptive Parametric Activation (Alexandridis et al. 2025, Eq. 5).
 
     .. math::
         \mathrm{APA}(x) = (\lambda e^{-\kappa x} + 1)^{-1/\lambda}
@@ -210,7 +211,7 @@ class APA(_AdaptiveParametric):
 
 @MODELS.register_module()
 class AGLU(_AdaptiveParametric):
-    r"""Adaptive Generalised Linear Unit (paper 000, Eq. 6).
+    r"""Adaptive Generalised Linear Unit (Alexandridis et al. 2025, Eq. 6).
 
     .. math::
         \mathrm{AGLU}(x) = x\,(\lambda e^{-\kappa x} + 1)^{-1/\lambda}

@@ -1,4 +1,4 @@
-"""AReLU module (paper 001; math in :mod:`mmact.ops.arelu`)."""
+"""AReLU module (Chen et al., AReLU, 2020; math in :mod:`mmact.ops.arelu`)."""
 from typing import Dict, Optional
 
 import torch
@@ -16,7 +16,8 @@ __all__ = ['AReLU']
 
 @MODELS.register_module()
 class AReLU(LearnableActivation, BaseModule):
-    r"""Attention-based Rectified Linear Unit (paper 001, Eq. 7).
+    r"""Attention-based Rectified Linear Unit (Chen et al., AReLU, 2020, Eq.
+    7).
 
     .. math::
         f(x) = \begin{cases} C(\alpha)\,x & x < 0 \\

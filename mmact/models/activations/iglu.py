@@ -1,4 +1,5 @@
-"""IGLU and IGLU-APPROX modules (paper 002; math in :mod:`mmact.ops.iglu`)."""
+"""IGLU and IGLU-APPROX modules (Kang et al., IGLU; math in
+:mod:`mmact.ops.iglu`)."""
 from typing import Dict, Optional
 
 import torch
@@ -50,7 +51,8 @@ class _IGLUBase(LearnableActivation, BaseModule):
 
 @MODELS.register_module()
 class IGLU(_IGLUBase):
-    r"""IGLU, a GELU scale mixture with a Cauchy gate (paper 002, Eq. 8).
+    r"""IGLU, a GELU scale mixture with a Cauchy gate (Kang et al., IGLU, Eq.
+    8).
 
     .. math::
         \mathrm{IGLU}(x) = x\left(\tfrac12 + \tfrac{\arctan(\sigma x)}{\pi}
@@ -80,7 +82,7 @@ class IGLU(_IGLUBase):
 
 @MODELS.register_module()
 class IGLUApprox(_IGLUBase):
-    r"""IGLU-APPROX, IGLU with a rational gate (paper 002, Eq. 11).
+    r"""IGLU-APPROX, IGLU with a rational gate (Kang et al., IGLU, Eq. 11).
 
     .. math::
         \mathrm{IGLU}_{approx}(x) = \frac{x}{2}\,

@@ -1,4 +1,4 @@
-"""Channel attention: SE baseline and APA-SE ("APA*"), DESIGN §2.
+"""Channel attention: SE baseline and APA-SE ("APA*"), docs/design.md §2.
 
     A(X) = gate(Dropout(W2 act(W1 LN(GAP(X))))),    X' = A(X) * X
 
@@ -24,7 +24,7 @@ __all__ = ['APASELayer', 'SEAttention']
 
 @MODELS.register_module()
 class APASELayer(BaseModule):
-    """APA* channel attention (paper 000, Sec. V-B).
+    """APA* channel attention (Alexandridis et al. 2025, Sec. V-B).
 
     ``GAP -> LayerNorm -> Linear(C, C/r) -> act -> Linear(C/r, C) -> Dropout
     -> gate``; the result rescales the input per channel. The defaults are the
