@@ -1,4 +1,5 @@
-"""FleS activation (flexible scaling, paper 004) as an mmengine module.
+"""FleS activation (flexible scaling; *Toward Principled Flexible Scaling for
+Self-Gated Neural Activation*, anonymous submission) as an mmengine module.
 
 Channel count
 -------------

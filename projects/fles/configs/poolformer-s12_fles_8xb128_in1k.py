@@ -1,5 +1,5 @@
 # PoolFormer-S12 with FleS in every token-MLP (replacing GELU), ImageNet-1k
-# pretraining from scratch with the paper's recipe (paper 004, App. G item 1):
+# pretraining from scratch with the paper's recipe (FleS paper, App. G item 1):
 # AdamW, lr 1e-3 at batch 1024 (8 GPUs x 128), weight decay 0.05, 300 epochs
 # with 20 linear warm-up epochs and cosine decay to 1e-6, then 10 cool-down
 # epochs at 1e-6; label smoothing 0.1 and the DeiT/Swin augmentation

@@ -1,5 +1,5 @@
 # RetinaNet FPN with a FleS PoolFormer-S12 backbone, 1x schedule on COCO
-# (paper 004, App. J and E.8). Every token-MLP activation of PoolFormer is
+# (FleS paper, App. J and E.8). Every token-MLP activation of PoolFormer is
 # FleS with a windowed indicator: 9x15 windows (tiles) on each stage's
 # feature map. Paper (Tab. 25 / Tab. 11): 36.2 mAP (GELU: 35.5).
 #

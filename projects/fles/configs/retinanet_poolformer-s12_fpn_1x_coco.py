@@ -1,6 +1,6 @@
 # GELU baseline of the FleS project: RetinaNet FPN with a stock PoolFormer-S12
 # backbone (mmpretrain), 1x schedule on COCO, with the paper's detection
-# recipe (paper 004, App. J): AdamW, lr 2e-3 decaying to 1e-5, weight decay
+# recipe (FleS paper, App. J): AdamW, lr 2e-3 decaying to 1e-5, weight decay
 # 0.05, batch 16 (8 GPUs x 2). Paper (Tab. 25 / Tab. 11): 35.5 mAP.
 #
 # The backbone starts from the GELU PoolFormer-S12 ImageNet weights that
