@@ -26,9 +26,7 @@ from mmengine.hooks import Hook
 
 import mmact  # noqa: F401
 from mmact.models import activations
-from mmact.testing import (adapt_config, config_data_kind,
-                           generate_classification, generate_coco,
-                           generate_lvis, generate_objects365, generate_v3det)
+from mmact.testing import adapt_config, config_data_kind
 from mmact.utils.preflight import (check_pretrained_paths,
                                    missing_pretrained_paths)
 
@@ -61,15 +59,9 @@ SHIPPED = [
 IMAGENET = [c for c in CONFIGS if c.startswith('configs/imagenet/')]
 DETECTION = [c for c in SHIPPED if c not in IMAGENET]
 
-# Format -> (generator, number of classes). Tiny sets: 2 training
-# iterations at batch 1-2 and 1-2 evaluation images each.
-TOY_SETS = {
-    'coco': (generate_coco, 8),
-    'lvis': (generate_lvis, 10),
-    'v3det': (generate_v3det, 8),
-    'objects365': (generate_objects365, 8),
-    'cls': (generate_classification, 10),
-}
+# Format -> number of classes. Tiny sets: 2 training iterations at batch
+# 1-2 and 1-2 evaluation images each.
+TOY_SETS = {'coco': 8, 'lvis': 10, 'v3det': 8, 'objects365': 8, 'cls': 10}
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,23 +71,21 @@ def _load(config: str) -> Config:
 
 
 @pytest.fixture(scope='session')
-def toy_roots(tmp_path_factory):
+def toy_roots(toy_data_root):
     """One generated dataset per format, shared by all config runs."""
-    base = tmp_path_factory.mktemp('toy_data')
     roots = {}
-    for kind, (generate, num_classes) in TOY_SETS.items():
-        out = str(base / kind)
+    for kind, num_classes in TOY_SETS.items():
         if kind == 'cls':
-            generate(
-                out,
+            out = toy_data_root(
+                kind,
                 num_classes=num_classes,
                 imbalance=4,
                 max_per_class=4,
                 num_val_per_class=1,
                 image_size=(64, 64))
         else:
-            generate(
-                out,
+            out = toy_data_root(
+                kind,
                 num_train=6 if kind == 'lvis' else 4,
                 num_val=2,
                 image_size=(128, 96),

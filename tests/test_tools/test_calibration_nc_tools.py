@@ -12,7 +12,7 @@ import torch
 from mmengine.config import Config
 from scipy import linalg
 
-from mmact.testing import adapt_config, generate_classification
+from mmact.testing import adapt_config
 
 REPO = Path(__file__).resolve().parents[2]
 APASE_LT = REPO / ('configs/imagenet/'
@@ -34,11 +34,11 @@ def run_tool(name, *args, check=True):
 
 
 @pytest.fixture(scope='module')
-def lt_config(tmp_path_factory):
+def lt_config(tmp_path_factory, toy_data_root):
     """5 classes with 8, 5, 3, 2, 1 training and 2 val images each."""
     base = tmp_path_factory.mktemp('calibration_nc')
-    root = generate_classification(
-        str(base / 'cls'),
+    root = toy_data_root(
+        'cls',
         num_classes=5,
         imbalance=8,
         max_per_class=8,

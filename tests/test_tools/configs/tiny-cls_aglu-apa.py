@@ -1,6 +1,6 @@
 # A seconds-long classifier for the tool tests: ActResNet-18 at 1/8 width
 # with AGLU at every activation position and APA* channel attention, on the
-# generated long-tailed set (mmact.testing.generate_classification, ImageNet
+# generated long-tailed set (mmact.testing.generate_toy_data('cls'), ImageNet
 # layout under data/toy_cls). Random crops, flips, dropout and shuffling make
 # every epoch draw from all random generators.
 _base_ = ['mmpretrain::_base_/default_runtime.py']
