@@ -7,10 +7,9 @@ _base_ = ['../lvis/apa_mrcnn_r50.py', './_base_/lvis_toy.py']
 
 model = _base_.toy_model
 train_dataloader = _base_.toy_train_dataloader
-val_dataloader = None
+val_dataloader = _base_.toy_test_dataloader
 test_dataloader = _base_.toy_test_dataloader
-val_evaluator = None
-val_cfg = None
+val_evaluator = _base_.toy_evaluator
 test_evaluator = _base_.toy_evaluator
 train_cfg = _base_.toy_train_cfg
 param_scheduler = _base_.toy_param_scheduler

@@ -11,10 +11,9 @@ _base_ = [
 
 model = _base_.toy_model
 train_dataloader = _base_.toy_train_dataloader
-val_dataloader = None
+val_dataloader = _base_.toy_test_dataloader
 test_dataloader = _base_.toy_test_dataloader
-val_evaluator = None
-val_cfg = None
+val_evaluator = _base_.toy_evaluator
 test_evaluator = _base_.toy_evaluator
 train_cfg = _base_.toy_train_cfg
 param_scheduler = _base_.toy_param_scheduler

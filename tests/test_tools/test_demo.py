@@ -92,6 +92,10 @@ def test_toy_training_is_the_real_training(config_pair):
             _leaf(real_loader.dataset).pipeline)
         assert toy_loader.batch_size == real_loader.batch_size
     assert toy.test_evaluator.type == real.test_evaluator.type == 'LVISMetric'
+    # validation is configured (tools/train.py --cfg-options
+    # train_cfg.val_begin=1 turns it on) but off: the demo tests once
+    assert toy.val_evaluator == toy.test_evaluator
+    assert toy.train_cfg.val_begin > toy.train_cfg.max_epochs
     assert toy.test_evaluator.metric == real.test_evaluator.metric
     # the real step decay at the same fractions of the shorter schedule
     scale = toy.train_cfg.max_epochs / real.train_cfg.max_epochs
