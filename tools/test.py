@@ -16,7 +16,8 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError
-from mmact.utils import check_mmcv, setup_cpu_distributed
+from mmact.utils import (check_mmcv, release_distributed,
+                         setup_cpu_distributed)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    load_config, unknown_type_hint)
 
@@ -176,6 +177,7 @@ def main() -> None:
                         type=f'{scope}.{DUMP_METRICS[scope]}',
                         out_file_path=args.out)))
         runner.test()
+        release_distributed()
     except CheckpointMismatchError as error:
         sys.exit(f'{args.checkpoint}: {error}\nNothing was tested. Use the '
                  'checkpoint of this config, or pass --allow-partial to test '

@@ -15,7 +15,8 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner, find_latest_checkpoint
 
 import mmact  # noqa: F401  (registers mmact components)
-from mmact.utils import check_mmcv, setup_cpu_distributed
+from mmact.utils import (check_mmcv, release_distributed,
+                         setup_cpu_distributed)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_pretrained_paths, load_config,
                                    unknown_type_hint)
@@ -143,6 +144,7 @@ def main() -> None:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
             RUNNERS.build(cfg)
         runner.train()
+        release_distributed()
     except KeyError as error:
         hint = unknown_type_hint(error, cfg.get('default_scope'))
         if hint is not None:

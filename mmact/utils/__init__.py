@@ -1,9 +1,9 @@
 from .compat import (allow_mmengine_checkpoint_globals, check_mmcv,
                      patch_lvis_numpy)
-from .dist import setup_cpu_distributed
+from .dist import release_distributed, setup_cpu_distributed
 from .param_groups import activation_paramwise_cfg
 
 __all__ = [
     'allow_mmengine_checkpoint_globals', 'check_mmcv', 'patch_lvis_numpy',
-    'setup_cpu_distributed', 'activation_paramwise_cfg'
+    'release_distributed', 'setup_cpu_distributed', 'activation_paramwise_cfg'
 ]

@@ -46,3 +46,14 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
             'MMDistributedDataParallel is replaced for CPU training.')
     cfg.model_wrapper_cfg = dict(wrapper, type='CPUDistributedDataParallel')
     return True
+
+
+def release_distributed() -> None:
+    """Destroy the default process group after a finished run.
+
+    Left to interpreter shutdown, gloo's worker threads can be torn down
+    while still joinable, which aborts a rank ("terminate called without an
+    active exception") after training has succeeded.
+    """
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
