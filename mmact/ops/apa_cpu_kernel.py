@@ -2,7 +2,8 @@
 
 Eager PyTorch needs about six passes over memory with three transcendental
 functions each way (softplus alone is exp + log1p); one fused loop does the
-same math in a single pass. exp and log1p are inlined range-limited
+same math in a single pass. The math runs in base 2 (log2(e) goes into the
+per-channel parameters), and 2^t and log2(1 + e) are inlined range-limited
 polynomials (both exponentials have non-positive arguments, log1p's argument
 lies in [0, 1]), so the loops vectorize without a vector math library. The
 source is compiled for the host's vector ISA and cached by
@@ -24,38 +25,67 @@ from .cpu_build import (KernelLibrary, build_library, get_library,
 __all__ = ['get_kernel', 'build_kernel', 'CpuKernel']
 
 _SOURCE = r"""
-float logf(float);
+float log2f(float);
 
-/* exp(x) for x <= 0 (both exponentials below only see such arguments).
- * Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-5
- * polynomial fitted for relative error (2e-7 in float32). Arguments below
- * -87 return exp(-87) ~ 1.6e-38 instead of a denormal or 0 (no select). */
-static inline float exp_nonpos(float x) {
-    const float xc = x < -87.0f ? -87.0f : x;
-    const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
-    const float r = (xc - n * 0.693145751953125f)
-                    - n * 1.42860676533018738e-06f;
-    /* Estrin's scheme: shorter dependency chain than Horner's */
+/* 2^t for t <= 0, the form both exponentials below take once the
+ * arguments are scaled by log2(e) (done on the parameters, per channel).
+ * t = n + r with |r| <= 1/2, then a degree-5 polynomial fitted for relative
+ * error (2e-7 in float32). Adding 1.5 * 2^23 rounds t to the integer n and
+ * leaves n in the low mantissa bits, from where it goes to the exponent.
+ * t below -126 gives 2^-126 (no denormals); NaN stays NaN. */
+static inline float exp2_nonpos(float t) {
+    const float tc = t < -126.0f ? -126.0f : t;
+    union { float f; int32_t i; } m = {tc + 12582912.0f}, scale;
+    const float r = tc - (m.f - 12582912.0f);
     const float r2 = r * r;
-    const float p = (1.0f + r * 9.9999970e-1f)
-                    + r2 * ((4.9999151e-1f + r * 1.6667636e-1f)
-                            + r2 * (4.1897912e-2f + r * 8.2902974e-3f));
-    union { int32_t i; float f; } scale;
-    scale.i = ((int32_t)n + 127) << 23;
+    const float p = (1.0f + r * 6.9314694e-1f)
+                    + r2 * ((2.4022242e-1f + r * 5.5507336e-2f)
+                            + r2 * (9.6715083e-3f + r * 1.3264699e-3f));
+    scale.i = (m.i + 127) << 23;
     return p * scale.f;
 }
 
-/* log(1 + e) for 0 <= e <= 1 given s = e / (2 + e) <= 1/3: 2 atanh(s) with
- * a cubic in s^2 fitted for relative error (2e-7). */
-static inline float log1p_from_s(float s) {
+/* log2(1 + e) for 0 <= e <= 1 given s = e / (2 + e) <= 1/3:
+ * 2 atanh(s) / ln 2 with a cubic in s^2 fitted for relative error (2e-7). */
+static inline float log2_1p_from_s(float s) {
     const float s2 = s * s;
     const float s4 = s2 * s2;
-    const float p = (1.99999964f + s2 * 0.66676003f)
-                    + s4 * (0.39589497f + s2 * 0.34225806f);
+    const float p = (2.8853896f + s2 * 0.96193141f)
+                    + s4 * (0.57115573f + s2 * 0.4937740f);
     return s * p;
 }
 
 #define BLOCK 2048
+
+/* Per-channel constants, in log2 units: a2 = log2(e) a = lnl2 - k2 z. */
+typedef struct { float k2, lnl2, ninvl, kinvl; } Params;
+
+static inline Params channel_params(float k, float l) {
+    Params p = {k * 1.44269504f, log2f(l), -1.0f / l, k / l};
+    return p;
+}
+
+/* eta = exp(-softplus(a) / l). */
+static inline float eta_of(Params p, float z) {
+    const float a2 = p.lnl2 - p.k2 * z;
+    const float e = exp2_nonpos(-__builtin_fabsf(a2));
+    const float sp2 = (a2 < 0.0f ? 0.0f : a2)
+                      + log2_1p_from_s(e / (2.0f + e));
+    return exp2_nonpos(sp2 * p.ninvl);
+}
+
+/* eta, softplus(a) and sigmoid(a); one division gives both 1/(1+e) and
+ * 1/(2+e). */
+static inline float eta_sp_g(Params p, float z, float* sp, float* g) {
+    const float a2 = p.lnl2 - p.k2 * z;
+    const float e = exp2_nonpos(-__builtin_fabsf(a2));
+    const float r = 1.0f / ((1.0f + e) * (2.0f + e));
+    const float sp2 = (a2 < 0.0f ? 0.0f : a2)
+                      + log2_1p_from_s(e * (1.0f + e) * r);
+    *sp = sp2 * 0.69314718f;
+    *g = (a2 >= 0.0f ? 1.0f : e) * (2.0f + e) * r;
+    return exp2_nonpos(sp2 * p.ninvl);
+}
 
 /* x viewed as (outer, C, inner); parameter c = (i / inner) % C. */
 #define SEGMENT_LOOP(...)                                                  \
@@ -64,53 +94,29 @@ static inline float log1p_from_s(float s) {
         const int64_t c = (i / inner) % C;                                 \
         int64_t seg = (i / inner + 1) * inner;                             \
         if (seg > end) seg = end;                                          \
-        const float k = kp[c], l = lp[c];                                  \
-        const float lnl = logf(l), ninvl = -1.0f / l, kinvl = k / l;       \
-        (void)kinvl;                                                       \
+        const Params p = channel_params(kp[c], lp[c]);                     \
         __VA_ARGS__                                                        \
         i = seg;                                                           \
     }
 
-#define ETA_PARTS                                                          \
-    const float z = x[j];                                                  \
-    const float a = lnl - k * z;                                           \
-    const float e = exp_nonpos(-__builtin_fabsf(a));                       \
-    const float sp = (a > 0.0f ? a : 0.0f) + log1p_from_s(e / (2.0f + e)); \
-    const float eta = exp_nonpos(sp * ninvl);
-
-/* Backward variant: one division gives both 1/(1+e) and 1/(2+e). */
-#define ETA_G_PARTS                                                        \
-    const float z = x[j];                                                  \
-    const float a = lnl - k * z;                                           \
-    const float e = exp_nonpos(-__builtin_fabsf(a));                       \
-    const float r = 1.0f / ((1.0f + e) * (2.0f + e));                      \
-    const float sp = (a > 0.0f ? a : 0.0f)                                 \
-                     + log1p_from_s(e * (1.0f + e) * r);                   \
-    const float eta = exp_nonpos(sp * ninvl);                              \
-    const float g = (a >= 0.0f ? 1.0f : e) * (2.0f + e) * r;
+#define FWD(NAME, Y)                                                       \
+void NAME(const float* x, float* y, const float* kp, const float* lp,      \
+          int64_t C, int64_t inner, int64_t start, int64_t end,            \
+          int64_t t) {                                                     \
+    SEGMENT_LOOP(                                                          \
+        _Pragma("omp simd")                                                \
+        for (int64_t j = i; j < seg; ++j) {                                \
+            const float z = x[j], eta = eta_of(p, z);                      \
+            y[j] = Y;                                                      \
+        }                                                                  \
+    )                                                                      \
+}
 
 #define FWD_PARAMS (const float* x, float* y, const float* kp,             \
                     const float* lp, int64_t C, int64_t inner)
 #define FWD_ARGS (x, y, kp, lp, C, inner)
-
-void apa_fwd(const float* x, float* y, const float* kp, const float* lp,
-             int64_t C, int64_t inner, int64_t start, int64_t end,
-             int64_t t) {
-    SEGMENT_LOOP(
-        _Pragma("omp simd")
-        for (int64_t j = i; j < seg; ++j) { ETA_PARTS y[j] = eta; }
-    )
-}
-
-void aglu_fwd(const float* x, float* y, const float* kp, const float* lp,
-              int64_t C, int64_t inner, int64_t start, int64_t end,
-              int64_t t) {
-    SEGMENT_LOOP(
-        _Pragma("omp simd")
-        for (int64_t j = i; j < seg; ++j) { ETA_PARTS y[j] = z * eta; }
-    )
-}
-
+FWD(apa_fwd, eta)
+FWD(aglu_fwd, z * eta)
 MMACT_PARALLEL(apa_fwd, FWD_PARAMS, FWD_ARGS)
 MMACT_PARALLEL(aglu_fwd, FWD_PARAMS, FWD_ARGS)
 
@@ -120,10 +126,16 @@ MMACT_PARALLEL(aglu_fwd, FWD_PARAMS, FWD_ARGS)
  *   AGLU: gx = go*eta*(1 + k z g / l), acck += go*eta*g*z^2,
  *         accl += go*eta*z*(sp-g)
  * (the caller scales acck by 1/l and accl by 1/l^2). */
-#define BWD_PARAMS (const float* x, const float* go, float* gx,            \
-                    const float* kp, const float* lp, int64_t C,           \
-                    int64_t inner, double* acck, double* accl)
-#define BWD_ARGS (x, go, gx, kp, lp, C, inner, acck, accl)
+#define BWD_ELEM(j, GX, SK, SL)                                            \
+    {                                                                      \
+        float sp, g;                                                       \
+        const float z = x[j], eta = eta_sp_g(p, z, &sp, &g);              \
+        const float w = go[j] * eta, kinvl = p.kinvl;                      \
+        gx[j] = GX;                                                        \
+        sk += SK;                                                          \
+        sl += SL;                                                          \
+    }
+
 #define BWD(NAME, GX, SK, SL)                                              \
 void NAME(const float* x, const float* go, float* gx, const float* kp,     \
           const float* lp, int64_t C, int64_t inner, double* acck,         \
@@ -136,19 +148,17 @@ void NAME(const float* x, const float* go, float* gx, const float* kp,     \
             const int64_t be = b + BLOCK < seg ? b + BLOCK : seg;          \
             float sk = 0.0f, sl = 0.0f;                                    \
             _Pragma("omp simd reduction(+:sk,sl)")                         \
-            for (int64_t j = b; j < be; ++j) {                             \
-                ETA_G_PARTS                                                \
-                const float w = go[j] * eta;                               \
-                gx[j] = GX;                                                \
-                sk += SK;                                                  \
-                sl += SL;                                                  \
-            }                                                              \
+            for (int64_t j = b; j < be; ++j) BWD_ELEM(j, GX, SK, SL)       \
             dk += sk; dl += sl;                                            \
         }                                                                  \
         acck[c] += dk; accl[c] += dl;                                      \
     )                                                                      \
 }
 
+#define BWD_PARAMS (const float* x, const float* go, float* gx,            \
+                    const float* kp, const float* lp, int64_t C,           \
+                    int64_t inner, double* acck, double* accl)
+#define BWD_ARGS (x, go, gx, kp, lp, C, inner, acck, accl)
 BWD(apa_bwd, w * g * kinvl, w * g * z, w * (sp - g))
 BWD(aglu_bwd, w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g))
 MMACT_PARALLEL(apa_bwd, BWD_PARAMS, BWD_ARGS)
