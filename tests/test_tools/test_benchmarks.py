@@ -2,6 +2,7 @@
 assertions) and the shared method in bench_utils."""
 import importlib.util
 import os
+import mmap
 import re
 import subprocess
 import sys
@@ -74,9 +75,11 @@ def test_activation_benchmark_table():
         ratio = header.index('ratio median [min-max]')
         names = [r[0] for r in rows]
         assert {'SiLU', 'Sigmoid', 'mmact AGLU', 'mmact APA'} <= set(names)
+        faults = header.index('page faults/call median [max]')
         for row in rows:
             assert row[header.index('threads')] == str(threads)
             assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
+            assert re.fullmatch(r'\d+ \[\d+\]', row[faults])
         silu = rows[names.index('SiLU')]
         assert silu[ratio] == '1.00 [1.00-1.00]'
         apa = rows[names.index('mmact APA')]
@@ -90,7 +93,10 @@ def test_fles_benchmark_table_and_profile():
     (line, header, rows), (pline, pheader, prows) = tables(out)
     check_machine_line(line, 1)
     check_machine_line(pline, 1)
-    assert {'ISA', 'threads', 'ratio to GELU median [min-max]'} <= set(header)
+    assert {
+        'ISA', 'threads', 'ratio to GELU median [min-max]',
+        'page faults/call median [max]'
+    } <= set(header)
     assert [r[0] for r in rows] == ['GELU', 'FleS']
     stages = [r[1] for r in prows]
     for key in ('fles.stats', 'fles.mlp', 'fles.apply', 'fles.bwd.gate',
@@ -108,12 +114,39 @@ def test_backbone_benchmark_table():
               '1')
     ((line, header, rows), ) = tables(out)
     check_machine_line(line, 1)
-    assert {'ISA', 'threads', 'peak memory ratio'} <= set(header)
+    assert {
+        'ISA', 'threads', 'peak memory ratio', 'page faults/step median [max]'
+    } <= set(header)
     assert [r[0] for r in rows] == [
         'SE-ResNet ReLU', 'APA*+AGLU (saves inputs)', 'APA*+AGLU (memory-lean)'
     ]
     saved = header.index('saved-for-backward ratio')
     assert float(rows[2][saved]) < float(rows[1][saved])
+
+
+def test_interleaved_counts_page_faults():
+    bench = load('bench_utils')
+    pages = 256
+
+    def touch_fresh_pages():
+        # a new anonymous mapping faults once per page touched
+        with mmap.mmap(-1, pages * mmap.PAGESIZE) as m:
+            for i in range(pages):
+                m[i * mmap.PAGESIZE] = 1
+
+    faults = {}
+    times = bench.interleaved(
+        {
+            'fresh': touch_fresh_pages,
+            'none': lambda: None
+        },
+        repeats=3,
+        warmup=1,
+        faults=faults)
+    assert len(times['fresh']) == len(faults['fresh']) == 3
+    assert min(faults['fresh']) >= pages
+    assert max(faults['none']) < pages
+    assert bench.fmt_faults([3, 1, 7]) == '3 [7]'
 
 
 def test_round_ratios_and_spread():

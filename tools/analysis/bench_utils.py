@@ -12,6 +12,10 @@
   them alike; tables give the median with the min/max spread, and ratios are
   taken per round (candidate / baseline of the same round) and summarised
   the same way.
+* **Page faults.** :func:`interleaved` also counts the minor page faults of
+  every call (``getrusage``); the tables print them per call, so that a
+  ratio driven by fresh pages rather than compute shows itself (glibc can
+  still hand out untouched heap pages when the heap's layout shifts).
 * **Context.** Every table carries the CPU model, the vector ISA of the
   mmact kernels and of torch, the thread count, the allocator and the load
   average (:func:`machine_line`).
@@ -19,6 +23,7 @@
 import ctypes.util
 import glob
 import os
+import resource
 import statistics
 import sys
 import time
@@ -105,20 +110,45 @@ def machine_line(threads: Optional[int] = None) -> str:
             f'{load} | torch {torch.__version__}')
 
 
-def interleaved(cases: Dict[str, Callable[[], None]],
-                repeats: int,
-                warmup: int = 2) -> Dict[str, List[float]]:
-    """Seconds of every case over ``repeats`` interleaved rounds."""
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def interleaved(
+        cases: Dict[str, Callable[[], None]],
+        repeats: int,
+        warmup: int = 2,
+        faults: Optional[Dict[str,
+                              List[int]]] = None) -> Dict[str, List[float]]:
+    """Seconds of every case over ``repeats`` interleaved rounds.
+
+    Args:
+        cases: name -> call.
+        repeats: timed rounds.
+        warmup: untimed rounds first.
+        faults: if given, filled with name -> minor page faults of each
+            timed call (whole process).
+    """
     for _ in range(warmup):
         for call in cases.values():
             call()
     times: Dict[str, List[float]] = {name: [] for name in cases}
+    counts: Dict[str, List[int]] = {name: [] for name in cases}
     for _ in range(repeats):
         for name, call in cases.items():
+            before = _minor_faults()
             start = time.perf_counter()
             call()
             times[name].append(time.perf_counter() - start)
+            counts[name].append(_minor_faults() - before)
+    if faults is not None:
+        faults.update(counts)
     return times
+
+
+def fmt_faults(counts: Sequence[int]) -> str:
+    """``median [max]`` minor page faults per call."""
+    return f'{statistics.median(counts):.0f} [{max(counts)}]'
 
 
 def spread(values: Sequence[float]) -> Tuple[float, float, float]:

@@ -2,8 +2,8 @@
 
 For every operator and every ``--shape`` x ``--threads``: forward (with
 autograd recording) + backward time, its ratio to the native baseline of the
-same round (APA -> Sigmoid, everything else -> SiLU), and the bytes saved
-for backward relative to the input. Method (interleaved rounds, medians with
+same round (APA -> Sigmoid, everything else -> SiLU), the bytes saved
+for backward relative to the input and the minor page faults per call. Method (interleaved rounds, medians with
 min/max spread, heap allocator, machine line): see ``bench_utils``.
 
 Example::
@@ -139,10 +139,11 @@ def bench(shape: List[int], threads: int, args) -> List[Tuple]:
 
         return run
 
+    faults: Dict[str, List[int]] = {}
     times = bench_utils.interleaved({
         n: case(f)
         for n, f in ops.items()
-    }, args.repeats, args.warmup)
+    }, args.repeats, args.warmup, faults)
     from mmact.ops.cpu_build import host_isa
     isa = host_isa() if not cuda else torch.cuda.get_device_name()
     in_bytes = x.numel() * x.element_size()
@@ -154,12 +155,14 @@ def bench(shape: List[int], threads: int, args) -> List[Tuple]:
             (name, 'x'.join(map(str, shape)), isa, threads,
              bench_utils.fmt_spread(bench_utils.spread(times[name]),
                                     1e3), base, bench_utils.fmt_spread(ratio),
-             f'{saved_bytes(fn, x) / in_bytes:.2f}'))
+             f'{saved_bytes(fn, x) / in_bytes:.2f}',
+             bench_utils.fmt_faults(faults[name])))
     return rows
 
 
 HEADER = ('operator', 'shape', 'ISA', 'threads', 'fwd+bwd ms median [min-max]',
-          'baseline', 'ratio median [min-max]', 'saved/input')
+          'baseline', 'ratio median [min-max]', 'saved/input',
+          'page faults/call median [max]')
 
 
 def main(args) -> None:

@@ -163,7 +163,8 @@ def main(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
         for name, cfg in CONFIGS.items()
     }
     steps = {n: make_step(m, images, labels) for n, m in models.items()}
-    times = bench_utils.interleaved(steps, args.steps, args.warmup)
+    faults: Dict[str, List[int]] = {}
+    times = bench_utils.interleaved(steps, args.steps, args.warmup, faults)
     peaks = {name: peak_bytes(step) for name, step in steps.items()}
     saved = {n: saved_bytes(m, images, labels) for n, m in models.items()}
 
@@ -183,14 +184,16 @@ def main(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
              bench_utils.fmt_spread(bench_utils.spread(times[name]), 1,
                                     3), bench_utils.fmt_spread(ratio, 1, 3),
              f'{peaks[name] / 2**20:.0f}', f'{peaks[name] / peaks[base]:.3f}',
-             f'{saved[name] / saved[base]:.3f}'))
+             f'{saved[name] / saved[base]:.3f}',
+             bench_utils.fmt_faults(faults[name])))
     bench_utils.print_table(
         f'ResNet-{args.depth} training step (fwd+bwd+SGD), batch '
         f'{args.batch}x3x{args.size}x{args.size}, {args.steps} interleaved '
         'rounds; targets: time ratio <= 1.10, peak memory ratio <= 1.03',
         ('model', 'ISA', 'threads', 'step s median [min-max]',
          f'ratio to {base} median [min-max]', 'peak MiB', 'peak memory ratio',
-         'saved-for-backward ratio'), rows, args.threads)
+         'saved-for-backward ratio', 'page faults/step median [max]'), rows,
+        args.threads)
     return result
 
 

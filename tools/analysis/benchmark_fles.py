@@ -94,11 +94,12 @@ def bench_activation(shape, threads, args) -> List[tuple]:
         from mmact.models.activations.fles import FleS
         mods['FleS composite'] = FleS(
             channels=shape[1], window_size=tuple(args.window), fused=False)
+    faults: Dict[str, List[int]] = {}
     times = bench_utils.interleaved(
         {
             n: _fwd_bwd(m, x, grad)
             for n, m in mods.items()
-        }, args.repeats, args.warmup)
+        }, args.repeats, args.warmup, faults)
     in_bytes = x.numel() * x.element_size()
     rows = []
     for name, mod in mods.items():
@@ -108,7 +109,8 @@ def bench_activation(shape, threads, args) -> List[tuple]:
              bench_utils.fmt_spread(bench_utils.spread(times[name]), 1e3),
              bench_utils.fmt_spread(
                  bench_utils.round_ratios(times, name, 'GELU')),
-             f'{saved_bytes(mod, x) / in_bytes:.3f}'))
+             f'{saved_bytes(mod, x) / in_bytes:.3f}',
+             bench_utils.fmt_faults(faults[name])))
     return rows
 
 
@@ -252,8 +254,8 @@ def main(args) -> None:
                     f'{threads} thread(s), {args.repeats} interleaved rounds',
                     ('activation', 'shape', 'window', 'ISA', 'threads',
                      'fwd+bwd ms median [min-max]',
-                     'ratio to GELU median [min-max]', 'saved/input'), rows,
-                    threads)
+                     'ratio to GELU median [min-max]', 'saved/input',
+                     'page faults/call median [max]'), rows, threads)
                 if args.profile:
                     bench_utils.print_table(
                         f'FleS per-stage profile, float32 {tuple(shape)}, '
