@@ -1,8 +1,8 @@
 """CPU benchmarks in tools/analysis: smoke runs on tiny shapes (no timed
 assertions) and the shared method in bench_utils."""
 import importlib.util
-import os
 import mmap
+import os
 import re
 import subprocess
 import sys
