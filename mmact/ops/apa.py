@@ -24,6 +24,12 @@ the (tiny) parameters, recompute ``eta`` in backward and reduce the parameter
 gradients in the same pass. Half-precision inputs are evaluated in float32 and
 the result is returned in the input's dtype.
 
+:func:`rebuilt_backward` is the same backward at an input that was not kept
+but is rebuilt from the tensors it was computed from (a BN affine, an
+attention product, a residual add; memory-lean training in
+:mod:`mmact.models.backbones.recompute`); the CPU kernel rebuilds it per
+element inside its backward loop.
+
 Execution paths:
 
 - eager, float32 CPU tensors of >= 4096 elements: the fused C kernel of
@@ -38,7 +44,7 @@ Execution paths:
   Mul). Use the TorchScript exporter (``dynamo=False``); the dynamo exporter,
   the default in torch 2.14, additionally needs the ``onnxscript`` package.
 """
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +53,10 @@ from torch import Tensor
 from .apa_cpu_kernel import CpuKernel, get_kernel
 from .dispatch import use_triton
 
-__all__ = ['apa', 'aglu', 'apa_reference', 'aglu_reference']
+__all__ = [
+    'apa', 'aglu', 'apa_reference', 'aglu_reference', 'rebuild_input',
+    'rebuilt_backward'
+]
 
 ParamLike = Union[Tensor, float]
 
@@ -167,25 +176,24 @@ def _eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
     return out.to(x.dtype)
 
 
-def _eta_backward(name: str, ctx, grad_out: Tensor):
-    x, kappa, lam = ctx.saved_tensors
-    need_x, need_k, need_l = ctx.needs_input_grad[:3]
+def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
+               lam: Tensor, channel_dim: int, needs: Sequence[bool]):
+    """(grad_x, grad_kappa, grad_lam) of ``name`` at ``x``; ``kappa`` and
+    ``lam`` as the Functions take them (clamped, both shared or both per
+    channel)."""
+    need_x, need_k, need_l = needs[:3]
     if use_triton(x):
         from .apa_triton import eta_backward  # imports triton
-        return (*eta_backward(name, x, grad_out, kappa, lam, ctx.channel_dim,
-                              ctx.needs_input_grad), None)
-    z, k, l = _prepare(x, kappa, lam, ctx.channel_dim)  # noqa: E741
+        return eta_backward(name, x, grad_out, kappa, lam, channel_dim, needs)
+    z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
     kernel = _fused_kernel(z)
     if kernel is not None:
         grad_x, sum_k, sum_l = kernel.backward(name, z, grad_out, kappa, lam,
-                                               ctx.channel_dim)
-        l64 = lam.detach().to(torch.float64).reshape(-1)
-        grad_k = sum_k / l64 if need_k else None
-        grad_l = sum_l / (l64 * l64) if need_l else None
+                                               channel_dim)
+        grad_k, grad_l = _scale_sums(sum_k, sum_l, lam, need_k, need_l)
         grad_x = grad_x.to(x.dtype) if need_x else None
         return (grad_x, _grad_to_param(grad_k,
-                                       kappa), _grad_to_param(grad_l,
-                                                              lam), None)
+                                       kappa), _grad_to_param(grad_l, lam))
 
     inv_l = 1.0 / l
     sp, g, w = _eta_parts(z, k, l)
@@ -215,8 +223,22 @@ def _eta_backward(name: str, ctx, grad_out: Tensor):
         if need_k:
             # d AGLU / dk = z^2 * eta * g / l
             grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
-    return (grad_x, _grad_to_param(grad_k, kappa), _grad_to_param(grad_l,
-                                                                  lam), None)
+    return grad_x, _grad_to_param(grad_k, kappa), _grad_to_param(grad_l, lam)
+
+
+def _scale_sums(sum_k: Tensor, sum_l: Tensor, lam: Tensor, need_k: bool,
+                need_l: bool) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """The kernels' float64 sums times 1/l (kappa) and 1/l^2 (lambda)."""
+    l64 = lam.detach().to(torch.float64).reshape(-1)
+    grad_k = sum_k / l64 if need_k else None
+    grad_l = sum_l / (l64 * l64) if need_l else None
+    return grad_k, grad_l
+
+
+def _eta_backward(name: str, ctx, grad_out: Tensor):
+    x, kappa, lam = ctx.saved_tensors
+    return (*_eta_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
+                        ctx.needs_input_grad), None)
 
 
 class _APAFunction(torch.autograd.Function):
@@ -254,20 +276,28 @@ def _composite_eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
     return torch.exp(-F.softplus(torch.log(l) - k * z) / l)
 
 
+def _kernel_params(kappa: Tensor, lambda_: Tensor,
+                   lambda_min: float) -> Tuple[Tensor, Tensor]:
+    """``kappa`` and ``lambda_`` clamped to ``lambda_min``, both shared or
+    both per channel (the form the kernels take)."""
+    lam = lambda_.clamp(min=lambda_min)
+    # A shared parameter beside a per-channel one is expanded (autograd, or
+    # _chain_to_params, sums its gradient).
+    if kappa.numel() == 1 and lam.numel() > 1:
+        kappa = kappa.reshape(1).expand(lam.numel()).contiguous()
+    elif lam.numel() == 1 and kappa.numel() > 1:
+        lam = lam.reshape(1).expand(kappa.numel()).contiguous()
+    return kappa, lam
+
+
 def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
          lambda_min: float, channel_dim: int, op: str,
          with_input: bool) -> Tensor:
     _check_input(x, op)
     if not lambda_min > 0:
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
-    kappa = _as_param(kappa, x)
-    lam = _as_param(lambda_, x).clamp(min=lambda_min)
-    # The kernels take both parameters shared or both per channel: a shared
-    # one beside a per-channel one is expanded (autograd sums its gradient).
-    if kappa.numel() == 1 and lam.numel() > 1:
-        kappa = kappa.reshape(1).expand(lam.numel()).contiguous()
-    elif lam.numel() == 1 and kappa.numel() > 1:
-        lam = lam.reshape(1).expand(kappa.numel()).contiguous()
+    kappa, lam = _kernel_params(
+        _as_param(kappa, x), _as_param(lambda_, x), lambda_min)
     if torch.onnx.is_in_onnx_export():
         # Compose standard ops so that any exporter can translate it.
         z, k, l = x.to(_compute_dtype(x)), None, None  # noqa: E741
@@ -342,6 +372,133 @@ def aglu(x: Tensor,
         channel_dim,
         'aglu',
         with_input=True)
+
+
+def rebuild_input(src: Tensor,
+                  scale: Optional[Tensor] = None,
+                  shift: Optional[Tensor] = None,
+                  other: Optional[Tensor] = None,
+                  other_scale: Optional[Tensor] = None) -> Tensor:
+    """``src * scale + shift + other * other_scale``, absent terms left out
+    (a missing ``scale`` or ``other_scale`` is 1).
+
+    The form in which :func:`rebuilt_backward` takes an activation input
+    that was not kept for backward.
+    """
+    if scale is None:
+        z = src if shift is None else src + shift
+    else:
+        z = src * scale if shift is None else torch.addcmul(shift, src, scale)
+    if other is not None:
+        z = z + other if other_scale is None else torch.addcmul(
+            z, other, other_scale)
+    return z
+
+
+def _rows_or_channels(t: Optional[Tensor], x: Tensor, rows: bool) -> bool:
+    """Whether ``t`` is None or shaped (1, C, 1, ...) or, with ``rows``,
+    (N, C, 1, ...) against ``x`` (N, C, ...)."""
+    if t is None:
+        return True
+    return (t.dim() == x.dim() and t.shape[1] == x.shape[1]
+            and all(s == 1 for s in t.shape[2:])
+            and (t.shape[0] == 1 or rows and t.shape[0] == x.shape[0]))
+
+
+def _rebuilt_kernel(grad_out: Tensor, src: Tensor, scale: Optional[Tensor],
+                    shift: Optional[Tensor], other: Optional[Tensor],
+                    other_scale: Optional[Tensor], per_channel: bool,
+                    channel_dim: int) -> Optional[CpuKernel]:
+    """The CPU kernel when it can rebuild the input itself: float32
+    (N, C, ...) tensors of one shape, per-channel (or, for ``scale``,
+    per-(n, c)) coefficients, parameters shared or along dim 1."""
+    if src.dim() < 2 or per_channel and channel_dim % src.dim() != 1:
+        return None
+    full = [t for t in (grad_out, other) if t is not None]
+    if any(t.shape != src.shape or t.dtype != src.dtype for t in full):
+        return None
+    coefs = ((scale, True), (shift, False), (other_scale, False))
+    if not all(_rows_or_channels(t, src, rows) for t, rows in coefs):
+        return None
+    return _fused_kernel(src)
+
+
+def _chain_to_params(grad_k: Optional[Tensor], grad_l: Optional[Tensor],
+                     kappa: Tensor, lambda_: Tensor, lambda_min: float):
+    """Gradients w.r.t. the kernel parameters (:func:`_kernel_params`) to
+    those w.r.t. ``kappa`` and ``lambda_``, as autograd does through
+    ``_kernel_params``: expanded shared values are summed and the clamp
+    passes the gradient only where ``lambda_ > lambda_min``."""
+    if grad_k is not None:
+        grad_k = grad_k.sum() if kappa.numel() == 1 else grad_k
+        grad_k = grad_k.reshape(kappa.shape).to(kappa.dtype)
+    if grad_l is not None:
+        grad_l = grad_l.sum() if lambda_.numel() == 1 else grad_l
+        grad_l = grad_l.reshape(lambda_.shape).to(lambda_.dtype)
+        grad_l = torch.where(lambda_.detach() > lambda_min, grad_l, 0)
+    return grad_k, grad_l
+
+
+def rebuilt_backward(
+    name: str,
+    grad_out: Tensor,
+    kappa: Tensor,
+    lambda_: Tensor,
+    lambda_min: float,
+    channel_dim: int,
+    src: Tensor,
+    scale: Optional[Tensor] = None,
+    shift: Optional[Tensor] = None,
+    other: Optional[Tensor] = None,
+    other_scale: Optional[Tensor] = None
+) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """Backward of :func:`apa` / :func:`aglu` at an input that was not kept.
+
+    The input is ``z = rebuild_input(src, scale, shift, other,
+    other_scale)``: a BN affine of ``src`` (``scale`` and ``shift`` of
+    shape (1, C, 1, ...)), or attention weights ``scale`` of shape
+    (N, C, 1, ...), plus optionally a residual ``other`` (itself maybe a BN
+    affine: ``other_scale``; its shift goes into ``shift``). The float32
+    CPU kernel computes ``z`` per element inside the backward loop, so
+    neither ``z`` nor an autograd graph of the activation is built; in other
+    cases (float64, small tensors, CUDA, no compiler, other shapes) ``z`` is
+    rebuilt with torch and the operator's own backward runs on it.
+
+    Args:
+        name (str): ``'apa'`` or ``'aglu'``.
+        grad_out (Tensor): Gradient of the activation's output.
+        kappa, lambda_ (Tensor): The parameters as given to :func:`apa` /
+            :func:`aglu` (before the clamp); gradients are returned for
+            those that require grad.
+        lambda_min (float): Lower clamp of ``lambda_``.
+        channel_dim (int): Channel axis of per-channel parameters.
+        src, scale, shift, other, other_scale: See above.
+
+    Returns:
+        tuple: ``(grad_z, grad_kappa, grad_lambda)``; parameter gradients
+        shaped and typed as the parameters, None where not required.
+    """
+    if name not in ('apa', 'aglu'):
+        raise ValueError(f"name must be 'apa' or 'aglu', got {name!r}")
+    need_k, need_l = kappa.requires_grad, lambda_.requires_grad
+    k, lam = _kernel_params(kappa.detach(), lambda_.detach(), lambda_min)
+    kernel = _rebuilt_kernel(grad_out, src, scale, shift, other, other_scale,
+                             k.numel() > 1, channel_dim)
+    if kernel is None:
+        z = rebuild_input(src, scale, shift, other, other_scale)
+        grad_z, grad_k, grad_l = _eta_grads(name, z, grad_out, k, lam,
+                                            channel_dim,
+                                            (True, need_k, need_l))
+    else:
+        C = src.shape[1]
+        ones = src.new_ones(C)
+        grad_z, sum_k, sum_l = kernel.backward_rebuilt(
+            name, grad_out, k, lam, src, ones if scale is None else scale,
+            src.new_zeros(C) if shift is None else shift, other,
+            ones if other_scale is None else other_scale)
+        grad_k, grad_l = _scale_sums(sum_k, sum_l, lam, need_k, need_l)
+    return (grad_z,
+            *_chain_to_params(grad_k, grad_l, kappa, lambda_, lambda_min))
 
 
 def apa_reference(x: Tensor, kappa: Tensor, lambda_: Tensor) -> Tensor:

@@ -5,8 +5,11 @@ functions each way (softplus alone is exp + log1p); one fused loop does the
 same math in a single pass. The math runs in base 2 (log2(e) goes into the
 per-channel parameters), and 2^t and log2(1 + e) are inlined range-limited
 polynomials (both exponentials have non-positive arguments, log1p's argument
-lies in [0, 1]), so the loops vectorize without a vector math library. The
-source is compiled for the host's vector ISA and cached by
+lies in [0, 1]), so the loops vectorize without a vector math library. A
+second backward form rebuilds its input per element from a per-channel
+(or per-row) affine of one tensor plus an optional second one, for inputs
+that were not kept (:func:`mmact.ops.apa.rebuilt_backward`). The source is
+compiled for the host's vector ISA and cached by
 :mod:`mmact.ops.cpu_build`.
 
 Nothing here is required: when the kernel cannot be built
@@ -20,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .cpu_build import (KernelLibrary, build_library, get_library,
-                        load_library, outputs_needed, split_ranges)
+                        load_library, split_ranges)
 
 __all__ = ['get_kernel', 'build_kernel', 'CpuKernel']
 
@@ -126,17 +129,17 @@ MMACT_PARALLEL(aglu_fwd, FWD_PARAMS, FWD_ARGS)
  *   AGLU: gx = go*eta*(1 + k z g / l), acck += go*eta*g*z^2,
  *         accl += go*eta*z*(sp-g)
  * (the caller scales acck by 1/l and accl by 1/l^2). */
-#define BWD_ELEM(j, GX, SK, SL)                                            \
+#define BWD_ELEM(j, Z, GX, SK, SL)                                         \
     {                                                                      \
         float sp, g;                                                       \
-        const float z = x[j], eta = eta_sp_g(p, z, &sp, &g);              \
+        const float z = Z, eta = eta_sp_g(p, z, &sp, &g);                  \
         const float w = go[j] * eta, kinvl = p.kinvl;                      \
         gx[j] = GX;                                                        \
         sk += SK;                                                          \
         sl += SL;                                                          \
     }
 
-#define BWD(NAME, GX, SK, SL)                                              \
+#define BWD(NAME, ...)                                                     \
 void NAME(const float* x, const float* go, float* gx, const float* kp,     \
           const float* lp, int64_t C, int64_t inner, double* acck,         \
           double* accl, int64_t start, int64_t end, int64_t t) {           \
@@ -148,7 +151,7 @@ void NAME(const float* x, const float* go, float* gx, const float* kp,     \
             const int64_t be = b + BLOCK < seg ? b + BLOCK : seg;          \
             float sk = 0.0f, sl = 0.0f;                                    \
             _Pragma("omp simd reduction(+:sk,sl)")                         \
-            for (int64_t j = b; j < be; ++j) BWD_ELEM(j, GX, SK, SL)       \
+            for (int64_t j = b; j < be; ++j) BWD_ELEM(j, x[j], __VA_ARGS__) \
             dk += sk; dl += sl;                                            \
         }                                                                  \
         acck[c] += dk; accl[c] += dl;                                      \
@@ -159,10 +162,94 @@ void NAME(const float* x, const float* go, float* gx, const float* kp,     \
                     const float* kp, const float* lp, int64_t C,           \
                     int64_t inner, double* acck, double* accl)
 #define BWD_ARGS (x, go, gx, kp, lp, C, inner, acck, accl)
-BWD(apa_bwd, w * g * kinvl, w * g * z, w * (sp - g))
-BWD(aglu_bwd, w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g))
+/* (GX, SK, SL) of each operator, shared by both backward forms. */
+#define APA_TERMS w * g * kinvl, w * g * z, w * (sp - g)
+#define AGLU_TERMS w + kinvl * (w * z * g), w * z * g * z, w * z * (sp - g)
+BWD(apa_bwd, APA_TERMS)
+BWD(aglu_bwd, AGLU_TERMS)
 MMACT_PARALLEL(apa_bwd, BWD_PARAMS, BWD_ARGS)
 MMACT_PARALLEL(aglu_bwd, BWD_PARAMS, BWD_ARGS)
+
+/* Backward with the input rebuilt per element from the tensors it was
+ * computed from, for activations whose input is not kept (memory-lean
+ * training: a BN affine, an attention product, a residual add):
+ *   z = src * za[r] + zb[c] (+ oth * zd[c] when oth is given),
+ * x viewed as (outer, C, inner), c = (i / inner) % C and r = i / inner
+ * (za per (outer, C) row: attention weights) or r = c (za_rows = 0).
+ * Parameters and their sums are per channel (pc = c) or shared (pc = 0);
+ * sums as in BWD, row t of (threads, P) arrays. */
+
+/* zbuf[q - b] = z[q] for q in [b, be), a row (or channel) at a time. */
+static inline void rebuild_block(float* zbuf, const float* src,
+                                 const float* oth, const float* za,
+                                 const float* zb, const float* zd,
+                                 int64_t za_rows, int64_t b, int64_t be,
+                                 int64_t inner, int64_t C) {
+    for (int64_t j = b; j < be;) {
+        const int64_t row = j / inner, c = row % C;
+        int64_t e = (row + 1) * inner;
+        if (e > be) e = be;
+        const float a = za[za_rows ? row : c], s = zb[c];
+        if (oth) {
+            const float d = zd[c];
+            _Pragma("omp simd")
+            for (int64_t q = j; q < e; ++q)
+                zbuf[q - b] = src[q] * a + s + oth[q] * d;
+        } else {
+            _Pragma("omp simd")
+            for (int64_t q = j; q < e; ++q) zbuf[q - b] = src[q] * a + s;
+        }
+        j = e;
+    }
+}
+
+/* z is rebuilt a block at a time into a buffer that stays in L1, so the
+ * gate loop runs over whole blocks even where rows are short (7 x 7 values
+ * in the last ResNet stage). Shared parameters: one segment for the whole
+ * range; per-channel parameters: one per row, as BWD. */
+#define BWD_REBUILT(NAME, ...)                                             \
+void NAME(const float* src, const float* oth, const float* go, float* gx,  \
+          const float* za, const float* zb, const float* zd,               \
+          int64_t za_rows, const float* kp, const float* lp,               \
+          int64_t per_channel, int64_t C, int64_t inner, double* acck,     \
+          double* accl, int64_t start, int64_t end, int64_t t) {           \
+    float zbuf[BLOCK];                                                     \
+    const int64_t P = per_channel ? C : 1;                                 \
+    acck += t * P;                                                         \
+    accl += t * P;                                                         \
+    int64_t i = start;                                                     \
+    while (i < end) {                                                      \
+        const int64_t pc = per_channel ? (i / inner) % C : 0;              \
+        int64_t seg = per_channel ? (i / inner + 1) * inner : end;         \
+        if (seg > end) seg = end;                                          \
+        const Params p = channel_params(kp[pc], lp[pc]);                   \
+        double dk = 0.0, dl = 0.0;                                         \
+        for (int64_t b = i; b < seg; b += BLOCK) {                         \
+            const int64_t be = b + BLOCK < seg ? b + BLOCK : seg;          \
+            float sk = 0.0f, sl = 0.0f;                                    \
+            rebuild_block(zbuf, src, oth, za, zb, zd, za_rows, b, be,      \
+                          inner, C);                                       \
+            _Pragma("omp simd reduction(+:sk,sl)")                         \
+            for (int64_t j = b; j < be; ++j)                               \
+                BWD_ELEM(j, zbuf[j - b], __VA_ARGS__)                      \
+            dk += sk; dl += sl;                                            \
+        }                                                                  \
+        acck[pc] += dk; accl[pc] += dl;                                    \
+        i = seg;                                                           \
+    }                                                                      \
+}
+
+#define BWDR_PARAMS (const float* src, const float* oth, const float* go,  \
+                     float* gx, const float* za, const float* zb,          \
+                     const float* zd, int64_t za_rows, const float* kp,    \
+                     const float* lp, int64_t per_channel, int64_t C,      \
+                     int64_t inner, double* acck, double* accl)
+#define BWDR_ARGS (src, oth, go, gx, za, zb, zd, za_rows, kp, lp,          \
+                   per_channel, C, inner, acck, accl)
+BWD_REBUILT(apa_bwd_rebuilt, APA_TERMS)
+BWD_REBUILT(aglu_bwd_rebuilt, AGLU_TERMS)
+MMACT_PARALLEL(apa_bwd_rebuilt, BWDR_PARAMS, BWDR_ARGS)
+MMACT_PARALLEL(aglu_bwd_rebuilt, BWDR_PARAMS, BWDR_ARGS)
 """
 
 _NAME = 'mmact_apa'
@@ -178,6 +265,9 @@ class CpuKernel:
             lib.declare(name, [p, p, p, p, i64, i64])
         for name in ('apa_bwd', 'aglu_bwd'):
             lib.declare(name, [p, p, p, p, p, i64, i64, p, p])
+        for name in ('apa_bwd_rebuilt', 'aglu_bwd_rebuilt'):
+            lib.declare(name,
+                        [p, p, p, p, p, p, p, i64, p, p, i64, i64, i64, p, p])
         self.lib = lib
 
     @staticmethod
@@ -206,17 +296,15 @@ class CpuKernel:
 
     def forward(self, name: str, z: Tensor, k: Tensor, lam: Tensor,
                 channel_dim: int) -> Tensor:
-        """Forward of ``name`` ('apa' or 'aglu') for float32 ``z``
-        (uninitialised inside :func:`~mmact.ops.cpu_build.outputs_unused`).
-        """
+        """Forward of ``name`` ('apa' or 'aglu') for float32 ``z``."""
         z = z.contiguous()
         k = k.detach().to(torch.float32).contiguous()
         lam = lam.detach().to(torch.float32).contiguous()
         C, inner = self._layout(z, k.numel(), channel_dim)
         y = torch.empty_like(z)
         n = z.numel()
-        if n == 0 or not outputs_needed():
-            return y  # backward recomputes from ``z`` alone
+        if n == 0:
+            return y
         args = (z.data_ptr(), y.data_ptr(), k.data_ptr(), lam.data_ptr(), C,
                 inner)
         self.lib.launch(f'{name}_fwd', args, self._ranges(n))
@@ -239,6 +327,48 @@ class CpuKernel:
                     lam.data_ptr(), C, inner, acc[0].data_ptr(),
                     acc[1].data_ptr())
             self.lib.launch(f'{name}_bwd', args, ranges)
+        sums = acc.sum(1)
+        return gx, sums[0], sums[1]
+
+    def backward_rebuilt(self, name: str, grad_out: Tensor, k: Tensor,
+                         lam: Tensor, src: Tensor, scale: Tensor,
+                         shift: Tensor, other: Optional[Tensor],
+                         other_scale: Tensor):
+        """Backward of ``name`` at ``z = src * scale + shift + other *
+        other_scale`` (``other`` optional), never materialising ``z``.
+
+        Args:
+            name (str): 'apa' or 'aglu'.
+            grad_out (Tensor): Gradient of the output, (N, C, ...) float32.
+            k, lam (Tensor): Parameters, both 1 value or both C values.
+            src, other (Tensor): Float32 tensors of ``grad_out``'s shape
+                (``other`` may be None).
+            scale (Tensor): C values or N * C values (one per (n, c) row).
+            shift, other_scale (Tensor): C values each.
+
+        Returns:
+            tuple: ``(grad_z, sum_k, sum_l)`` as for :meth:`backward`.
+        """
+        src, go = src.contiguous(), grad_out.contiguous()
+        other = None if other is None else other.contiguous()
+        k = k.detach().to(torch.float32).contiguous()
+        lam = lam.detach().to(torch.float32).contiguous()
+        coef = [
+            t.detach().to(torch.float32).contiguous()
+            for t in (scale, shift, other_scale)
+        ]
+        C, inner = self._layout(src, src.shape[1] if src.dim() > 1 else 1, 1)
+        P = k.numel()
+        gx = torch.empty_like(src)
+        ranges = self._ranges(src.numel())
+        acc = torch.zeros(2, max(len(ranges), 1), P, dtype=torch.float64)
+        if src.numel():
+            args = (src.data_ptr(), 0 if other is None else other.data_ptr(),
+                    go.data_ptr(), gx.data_ptr(), coef[0].data_ptr(),
+                    coef[1].data_ptr(), coef[2].data_ptr(),
+                    int(coef[0].numel() != C), k.data_ptr(), lam.data_ptr(),
+                    int(P > 1), C, inner, acc[0].data_ptr(), acc[1].data_ptr())
+            self.lib.launch(f'{name}_bwd_rebuilt', args, ranges)
         sums = acc.sum(1)
         return gx, sums[0], sums[1]
 

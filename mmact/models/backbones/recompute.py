@@ -15,35 +15,35 @@ backward:
   and ``a`` are saved by the multiplication, ``identity`` by the next conv) or
   ``z = x * scale + shift + identity`` without attention.
 
-The activation's autograd graph is recorded once more in backward (its own
-backward gives the input and parameter gradients), so this trades time for
-memory; rebuilt inputs match the forward ones to float rounding. For APA and
-AGLU, whose backward needs only the input, the fused CPU kernel skips the
-repeated forward values (:func:`mmact.ops.cpu_build.outputs_unused`).
+(with a conv + BN shortcut, ``identity = d * scale2 + shift2`` from the
+shortcut conv's output ``d``, saved by its BN). Every case has the form
+``z = src * scale + shift + other * other_scale``
+(:func:`mmact.ops.apa.rebuild_input`). For APA and AGLU the operator's
+backward takes that form (:func:`mmact.ops.apa.rebuilt_backward`): the fused
+CPU kernel computes ``z`` per element inside its backward loop, so neither
+``z`` nor a second autograd graph is built. Other activations get ``z``
+rebuilt with torch and their graph recorded once more in backward. Both
+trade time for memory; rebuilt inputs match the forward ones to float
+rounding.
 
 :func:`default_recompute` is what :class:`~mmact.models.backbones.ActResNet`
 uses when ``recompute_act`` is not given: on for every activation that does
 not run in place.
 """
-import contextlib
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from mmact.models.activations.apa import AGLU, APA
-from mmact.ops.cpu_build import outputs_unused
+from mmact.ops.apa import rebuild_input, rebuilt_backward
 
 __all__ = [
     'RecomputeAct', 'bn_with_affine', 'recompute_act', 'norm_act',
     'identity_sources', 'residual_act', 'can_fuse_residual',
     'default_recompute'
 ]
-
-# Activations whose output comes straight from an op that saves only its
-# input: their repeated forward values are never read.
-_INPUT_ONLY_BACKWARD = (APA, AGLU)
 
 
 def default_recompute(act_cfg: dict) -> bool:
@@ -61,14 +61,18 @@ def default_recompute(act_cfg: dict) -> bool:
 
 
 class RecomputeAct(torch.autograd.Function):
-    """``y = act(z)``; backward rebuilds ``z = rebuild(*sources)``."""
+    """``y = act(z)``; backward rebuilds ``z`` from its sources.
+
+    ``z == rebuild_input(src, scale, shift, other, other_scale)``. For APA
+    and AGLU the operator's backward takes the sources and rebuilds ``z``
+    itself (per element inside the fused CPU kernel); other activations get
+    ``z`` rebuilt with torch and their graph recorded once more.
+    """
 
     @staticmethod
-    def forward(ctx, z: Tensor, act: nn.Module, rebuild: Callable,
-                num_sources: int, *tensors: Tensor) -> Tensor:
-        sources, params = tensors[:num_sources], tensors[num_sources:]
-        ctx.act, ctx.rebuild, ctx.num_sources = act, rebuild, num_sources
-        ctx.save_for_backward(*sources, *params)
+    def forward(ctx, z: Tensor, act: nn.Module, *tensors: Tensor) -> Tensor:
+        ctx.act = act
+        ctx.save_for_backward(*tensors)  # 5 sources (some None), params
         out = act(z)
         if out is z:  # an in-place activation wrote into its input
             ctx.mark_dirty(z)
@@ -77,39 +81,61 @@ class RecomputeAct(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         saved = ctx.saved_tensors
-        sources, params = saved[:ctx.num_sources], saved[ctx.num_sources:]
-        skip = (
-            outputs_unused() if type(ctx.act) in _INPUT_ONLY_BACKWARD else
-            contextlib.nullcontext())
-        with torch.enable_grad(), skip:
-            z = ctx.rebuild(*sources).detach().requires_grad_()
-            # An in-place activation must not write into the leaf `z`.
-            y = ctx.act(z.clone() if getattr(ctx.act, 'inplace', False) else z)
-            wanted = [p for p in params if p.requires_grad]
-            grads = torch.autograd.grad(
-                y, [z, *wanted], grad, allow_unused=True)
-        param_grads: List[Optional[Tensor]] = []
-        it = iter(grads[1:])
-        for p in params:
-            param_grads.append(next(it) if p.requires_grad else None)
-        return (grads[0], None, None, None, *([None] * len(sources)),
-                *param_grads)
+        sources, params = saved[:_NUM_SOURCES], saved[_NUM_SOURCES:]
+        act = ctx.act
+        if type(act) in _FUSED:
+            grad_z, grad_k, grad_l = rebuilt_backward(
+                _FUSED[type(act)], grad, act.kappa_param, act.lambda_param,
+                act.lambda_min, act.channel_dim, *sources)
+            by_name = dict(kappa_param=grad_k, lambda_param=grad_l)
+            param_grads = [by_name[n] for n, _ in act.named_parameters()]
+        else:
+            grad_z, param_grads = _generic_backward(act, grad, sources, params)
+        return (grad_z, None, *([None] * _NUM_SOURCES), *param_grads)
 
 
-def recompute_act(act: nn.Module, z: Tensor, rebuild: Callable,
-                  sources: Sequence[Tensor]) -> Tensor:
+# (src, scale, shift, other, other_scale) of :func:`rebuild_input`.
+_NUM_SOURCES = 5
+# Activations whose operator backward rebuilds its input itself.
+_FUSED = {APA: 'apa', AGLU: 'aglu'}
+
+
+def _generic_backward(act: nn.Module, grad: Tensor, sources: Sequence,
+                      params: Sequence[Tensor]):
+    """Rebuild ``z``, record ``act(z)`` again and differentiate it."""
+    with torch.enable_grad():
+        z = rebuild_input(*sources).detach().requires_grad_()
+        # An in-place activation must not write into the leaf `z`.
+        y = act(z.clone() if getattr(act, 'inplace', False) else z)
+        wanted = [p for p in params if p.requires_grad]
+        grads = torch.autograd.grad(y, [z, *wanted], grad, allow_unused=True)
+    it = iter(grads[1:])
+    return grads[0], [next(it) if p.requires_grad else None for p in params]
+
+
+def recompute_act(act: nn.Module,
+                  z: Tensor,
+                  src: Tensor,
+                  scale: Optional[Tensor] = None,
+                  shift: Optional[Tensor] = None,
+                  other: Optional[Tensor] = None,
+                  other_scale: Optional[Tensor] = None) -> Tensor:
     """Apply ``act`` to ``z`` without keeping ``z`` for backward.
 
     Args:
         act (nn.Module): The activation (any module; its parameters get
             gradients).
-        z (Tensor): Input, computed from ``sources`` by ``rebuild``.
-        rebuild (callable): ``rebuild(*sources) -> z`` (no grad needed).
-        sources (sequence[Tensor]): Tensors saved instead of ``z``; pass
-            detached tensors that other autograd nodes keep alive anyway.
+        z (Tensor): Input, equal to ``rebuild_input(src, scale, shift,
+            other, other_scale)`` (:func:`mmact.ops.apa.rebuild_input`).
+        src, other (Tensor): Saved instead of ``z``; pass detached tensors
+            that other autograd nodes keep alive anyway (``other`` may be
+            None).
+        scale, shift, other_scale (Tensor, optional): Detached per-channel
+            (1, C, 1, ...) coefficients; ``scale`` may also be per sample
+            (N, C, 1, ...), e.g. attention weights.
     """
-    params = list(act.parameters())
-    return RecomputeAct.apply(z, act, rebuild, len(sources), *sources, *params)
+    return RecomputeAct.apply(z, act, src, scale, shift, other, other_scale,
+                              *act.parameters())
 
 
 def bn_with_affine(
@@ -157,10 +183,6 @@ def bn_with_affine(
     return out, (scale.detach().reshape(shape), shift.detach().reshape(shape))
 
 
-def _affine(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-    return torch.addcmul(shift, x, scale)
-
-
 def norm_act(norm: nn.Module, act: nn.Module, x: Tensor) -> Tensor:
     """``act(norm(x))`` keeping only ``x`` (which BN saves anyway).
 
@@ -169,27 +191,33 @@ def norm_act(norm: nn.Module, act: nn.Module, x: Tensor) -> Tensor:
     out, affine = bn_with_affine(norm, x)
     if affine is None:
         return act(out)
-    return recompute_act(act, out, _affine, (x.detach(), *affine))
+    return recompute_act(act, out, x.detach(), *affine)
 
 
-def identity_sources(downsample: Optional[nn.Module],
-                     x: Tensor) -> Tuple[Tensor, Callable, Tuple[Tensor, ...]]:
+def identity_sources(
+        downsample: Optional[nn.Module], x: Tensor
+) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
     """Shortcut output and how to rebuild it from tensors saved anyway.
 
     Returns:
-        tuple: ``(identity, rebuild, sources)`` with
-        ``rebuild(*sources) == identity``.
+        tuple: ``(identity, other, other_scale, other_shift)`` with
+        ``identity == rebuild_input(other, other_scale, other_shift)``
+        (the scale and shift of a conv + BN shortcut, else None).
     """
     if downsample is None:
-        return x, (lambda t: t), (x.detach(), )
+        return x, x.detach(), None, None
     if isinstance(downsample, nn.Sequential) and len(downsample) == 2:
         conv_out = downsample[0](x)
         out, affine = bn_with_affine(downsample[1], conv_out)
         if affine is not None:
-            return out, _affine, (conv_out.detach(), *affine)
-        return out, (lambda t: t), (out.detach(), )
+            return out, conv_out.detach(), *affine
+        return out, out.detach(), None, None
     out = downsample(x)
-    return out, (lambda t: t), (out.detach(), )
+    return out, out.detach(), None, None
+
+
+def _add(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
+    return a if b is None else b if a is None else a + b
 
 
 def residual_act(block: nn.Module, act: nn.Module, norm: nn.Module,
@@ -197,36 +225,26 @@ def residual_act(block: nn.Module, act: nn.Module, norm: nn.Module,
     """``act(attn(norm(conv_out)) + shortcut(x))`` with a rebuilt input.
 
     Used when the block has no drop path and its attention (if any) exposes
-    ``weights(u)`` such that ``attn(u) == u * weights(u)``.
+    ``weights(u)`` such that ``attn(u) == u * weights(u)``. The shortcut's
+    BN shift joins the main branch's shift, so the input is rebuilt as
+    ``src * scale + shift + other * other_scale``.
     """
-    identity, id_rebuild, id_sources = identity_sources(block.downsample, x)
+    identity, other, o_scale, o_shift = identity_sources(block.downsample, x)
     attn = block.attn
     if attn is None:
         u, affine = bn_with_affine(norm, conv_out)
         if affine is not None:
-
-            def rebuild(c, scale, shift, *ids):
-                return _affine(c, scale, shift) + id_rebuild(*ids)
-
-            return recompute_act(act, u + identity, rebuild,
-                                 (conv_out.detach(), *affine, *id_sources))
+            scale, shift = affine
+            return recompute_act(act, u + identity, conv_out.detach(), scale,
+                                 _add(shift, o_shift), other, o_scale)
         # another norm: `u` is not saved by anyone; keep it instead of `z`
-        u_sources = (u.detach(), )
-        s = u + identity
-
-        def rebuild(u, *ids):
-            return u + id_rebuild(*ids)
-
-        return recompute_act(act, s, rebuild, (*u_sources, *id_sources))
+        return recompute_act(act, u + identity, u.detach(), None, o_shift,
+                             other, o_scale)
     u = norm(conv_out)
     a = attn.weights(u)
     s = u * a + identity  # the product saves u and a
-
-    def rebuild(u, a, *ids):
-        return torch.addcmul(id_rebuild(*ids), u, a)
-
-    return recompute_act(act, s, rebuild,
-                         (u.detach(), a.detach(), *id_sources))
+    return recompute_act(act, s, u.detach(), a.detach(), o_shift, other,
+                         o_scale)
 
 
 def can_fuse_residual(block: nn.Module) -> bool:
