@@ -60,6 +60,12 @@ def default_recompute(act_cfg: dict) -> bool:
     return not act_cfg.get('inplace', False)
 
 
+# (src, scale, shift, other, other_scale) of :func:`rebuild_input`.
+_NUM_SOURCES = 5
+# Activations whose operator backward rebuilds its input itself.
+_FUSED = {APA: 'apa', AGLU: 'aglu'}
+
+
 class RecomputeAct(torch.autograd.Function):
     """``y = act(z)``; backward rebuilds ``z`` from its sources.
 
@@ -84,20 +90,17 @@ class RecomputeAct(torch.autograd.Function):
         sources, params = saved[:_NUM_SOURCES], saved[_NUM_SOURCES:]
         act = ctx.act
         if type(act) in _FUSED:
+            names = [n for n, _ in act.named_parameters()]
+            saved_params = dict(zip(names, params))
             grad_z, grad_k, grad_l = rebuilt_backward(
-                _FUSED[type(act)], grad, act.kappa_param, act.lambda_param,
-                act.lambda_min, act.channel_dim, *sources)
+                _FUSED[type(act)], grad, saved_params['kappa_param'],
+                saved_params['lambda_param'], act.lambda_min, act.channel_dim,
+                *sources)
             by_name = dict(kappa_param=grad_k, lambda_param=grad_l)
-            param_grads = [by_name[n] for n, _ in act.named_parameters()]
+            param_grads = [by_name[n] for n in names]
         else:
             grad_z, param_grads = _generic_backward(act, grad, sources, params)
         return (grad_z, None, *([None] * _NUM_SOURCES), *param_grads)
-
-
-# (src, scale, shift, other, other_scale) of :func:`rebuild_input`.
-_NUM_SOURCES = 5
-# Activations whose operator backward rebuilds its input itself.
-_FUSED = {APA: 'apa', AGLU: 'aglu'}
 
 
 def _generic_backward(act: nn.Module, grad: Tensor, sources: Sequence,

@@ -123,3 +123,18 @@ def test_residual_act(cls, params, attention, downsample, train, dtype):
         for (name, s), t in zip(a.state_dict().items(),
                                 b.state_dict().values()):
             torch.testing.assert_close(s, t, msg=name)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_frozen_parameter(dtype):
+    """A frozen kappa gets no gradient; lambda's and the input's are those
+    of the plain composition."""
+    act, bn = _act(AGLU, 'channel', dtype), _bn(C, True, dtype)
+    act.kappa_param.requires_grad_(False)
+    x = torch.randn(2, C, 16, 16, dtype=dtype)
+    go = torch.randn_like(x)
+    fast = copy.deepcopy((act, bn))
+    want = _grads(lambda t: act(bn(t)), (act, ), [x], go)
+    got = _grads(lambda t: norm_act(fast[1], fast[0], t), fast[:1], [x], go)
+    assert act.kappa_param.grad is None and fast[0].kappa_param.grad is None
+    _compare(got, want, dtype)
