@@ -37,18 +37,15 @@ import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from functools import lru_cache
-from typing import (Callable, Dict, FrozenSet, Iterator, List, Optional,
-                    Sequence, Tuple)
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
 
 __all__ = [
     'ISAS', 'BuildKeyMismatch', 'cpu_model', 'cpu_flags', 'supported_isas',
     'host_isa', 'build_key', 'build_library', 'load_library', 'get_library',
-    'KernelLibrary', 'split_ranges', 'run_parallel', 'PRELUDE',
-    'outputs_unused', 'outputs_needed'
+    'KernelLibrary', 'split_ranges', 'run_parallel', 'PRELUDE'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -421,28 +418,3 @@ def run_parallel(fn: Callable, ranges: Sequence[Tuple[int, int]],
     if len(ranges) > 1:
         for f in futures:
             f.result()
-
-
-_outputs = threading.local()
-
-
-@contextmanager
-def outputs_unused() -> Iterator[None]:
-    """Inside this context (this thread), forward kernels whose backward
-    needs only their inputs may return uninitialised outputs.
-
-    For callers that run a forward only to record its autograd graph, such
-    as :class:`mmact.models.backbones.recompute.RecomputeAct` rebuilding an
-    activation in backward.
-    """
-    before = getattr(_outputs, 'unused', False)
-    _outputs.unused = True
-    try:
-        yield
-    finally:
-        _outputs.unused = before
-
-
-def outputs_needed() -> bool:
-    """False inside :func:`outputs_unused`."""
-    return not getattr(_outputs, 'unused', False)
