@@ -164,16 +164,19 @@ def _eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
         _broadcast_shape(lam, x, channel_dim, 'lambda')
         from .apa_triton import eta_forward  # imports triton
         return eta_forward(name, x, kappa, lam, channel_dim)
-    z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+    z = x.to(_compute_dtype(x))
     kernel = _fused_kernel(z)
     if kernel is not None:
+        _broadcast_shape(kappa, x, channel_dim, 'kappa')
+        _broadcast_shape(lam, x, channel_dim, 'lambda')
         out = kernel.forward(name, z, kappa, lam, channel_dim)
     else:
+        _, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
         a = torch.addcmul(torch.log(l), z, k, value=-1.0)
         out = F.softplus(a).mul_(-1.0 / l).exp_()
         if name == 'aglu':
             out.mul_(z)
-    return out.to(x.dtype)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
@@ -185,16 +188,16 @@ def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
     if use_triton(x):
         from .apa_triton import eta_backward  # imports triton
         return eta_backward(name, x, grad_out, kappa, lam, channel_dim, needs)
-    z, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+    z = x.to(_compute_dtype(x))
     kernel = _fused_kernel(z)
     if kernel is not None:
-        grad_x, sum_k, sum_l = kernel.backward(name, z, grad_out, kappa, lam,
-                                               channel_dim)
-        grad_k, grad_l = _scale_sums(sum_k, sum_l, lam, need_k, need_l)
+        grad_x, grad_k, grad_l = kernel.backward(name, z, grad_out, kappa, lam,
+                                                 channel_dim)
         grad_x = grad_x.to(x.dtype) if need_x else None
-        return (grad_x, _grad_to_param(grad_k,
-                                       kappa), _grad_to_param(grad_l, lam))
+        return (grad_x, _grad_to_param(grad_k if need_k else None, kappa),
+                _grad_to_param(grad_l if need_l else None, lam))
 
+    _, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
     inv_l = 1.0 / l
     sp, g, w = _eta_parts(z, k, l)
     w.mul_(grad_out.to(z.dtype))  # w = go * eta
@@ -224,15 +227,6 @@ def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
             # d AGLU / dk = z^2 * eta * g / l
             grad_k = _dot(p, z, _reduce_dims(x, k.shape)) * inv_l
     return grad_x, _grad_to_param(grad_k, kappa), _grad_to_param(grad_l, lam)
-
-
-def _scale_sums(sum_k: Tensor, sum_l: Tensor, lam: Tensor, need_k: bool,
-                need_l: bool) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-    """The kernels' float64 sums times 1/l (kappa) and 1/l^2 (lambda)."""
-    l64 = lam.detach().to(torch.float64).reshape(-1)
-    grad_k = sum_k / l64 if need_k else None
-    grad_l = sum_l / (l64 * l64) if need_l else None
-    return grad_k, grad_l
 
 
 def _eta_backward(name: str, ctx, grad_out: Tensor):
@@ -492,11 +486,12 @@ def rebuilt_backward(
     else:
         C = src.shape[1]
         ones = src.new_ones(C)
-        grad_z, sum_k, sum_l = kernel.backward_rebuilt(
+        grad_z, grad_k, grad_l = kernel.backward_rebuilt(
             name, grad_out, k, lam, src, ones if scale is None else scale,
             src.new_zeros(C) if shift is None else shift, other,
             ones if other_scale is None else other_scale)
-        grad_k, grad_l = _scale_sums(sum_k, sum_l, lam, need_k, need_l)
+        grad_k = grad_k if need_k else None
+        grad_l = grad_l if need_l else None
     return (grad_z,
             *_chain_to_params(grad_k, grad_l, kappa, lambda_, lambda_min))
 

@@ -250,10 +250,34 @@ BWD_REBUILT(apa_bwd_rebuilt, APA_TERMS)
 BWD_REBUILT(aglu_bwd_rebuilt, AGLU_TERMS)
 MMACT_PARALLEL(apa_bwd_rebuilt, BWDR_PARAMS, BWDR_ARGS)
 MMACT_PARALLEL(aglu_bwd_rebuilt, BWDR_PARAMS, BWDR_ARGS)
+
+/* Parameter gradients from the per-thread sums acc (2, T, P): kappa's
+ * scaled by 1/l, lambda's by 1/l^2, into out (2, P); float64 throughout. */
+void param_grads(const double* acc, int64_t T, int64_t P, const float* lp,
+                 double* out) {
+    for (int64_t c = 0; c < P; ++c) {
+        double sk = 0.0, sl = 0.0;
+        for (int64_t t = 0; t < T; ++t) {
+            sk += acc[t * P + c];
+            sl += acc[(T + t) * P + c];
+        }
+        const double l = lp[c];
+        out[c] = sk / l;
+        out[P + c] = sl / (l * l);
+    }
+}
 """
 
 _NAME = 'mmact_apa'
 _MIN_PER_THREAD = 1 << 16
+
+
+def _f32(t: Tensor) -> Tensor:
+    """``t`` as contiguous float32 (itself when it already is: the kernels
+    only read it, and every skipped dispatch counts on small tensors)."""
+    if t.dtype == torch.float32 and t.is_contiguous():
+        return t
+    return t.detach().to(torch.float32).contiguous()
 
 
 class CpuKernel:
@@ -268,6 +292,9 @@ class CpuKernel:
         for name in ('apa_bwd_rebuilt', 'aglu_bwd_rebuilt'):
             lib.declare(name,
                         [p, p, p, p, p, p, p, i64, p, p, i64, i64, i64, p, p])
+        self._param_grads = lib.lib.param_grads
+        self._param_grads.argtypes = [p, i64, i64, p, p]
+        self._param_grads.restype = None
         self.lib = lib
 
     @staticmethod
@@ -297,9 +324,7 @@ class CpuKernel:
     def forward(self, name: str, z: Tensor, k: Tensor, lam: Tensor,
                 channel_dim: int) -> Tensor:
         """Forward of ``name`` ('apa' or 'aglu') for float32 ``z``."""
-        z = z.contiguous()
-        k = k.detach().to(torch.float32).contiguous()
-        lam = lam.detach().to(torch.float32).contiguous()
+        z, k, lam = z.contiguous(), _f32(k), _f32(lam)
         C, inner = self._layout(z, k.numel(), channel_dim)
         y = torch.empty_like(z)
         n = z.numel()
@@ -312,12 +337,9 @@ class CpuKernel:
 
     def backward(self, name: str, z: Tensor, grad_out: Tensor, k: Tensor,
                  lam: Tensor, channel_dim: int):
-        """Returns (grad_z, sum_k, sum_l) with sums of shape (C,) in float64,
-        still to be scaled by 1/l and 1/l^2."""
-        z = z.contiguous()
-        go = grad_out.to(torch.float32).contiguous()
-        k = k.detach().to(torch.float32).contiguous()
-        lam = lam.detach().to(torch.float32).contiguous()
+        """Returns (grad_z, grad_k, grad_l), the parameter gradients of shape
+        (C,) in float64 (C = the parameters' size)."""
+        z, go, k, lam = z.contiguous(), _f32(grad_out), _f32(k), _f32(lam)
         C, inner = self._layout(z, k.numel(), channel_dim)
         gx = torch.empty_like(z)
         ranges = self._ranges(z.numel())
@@ -327,8 +349,15 @@ class CpuKernel:
                     lam.data_ptr(), C, inner, acc[0].data_ptr(),
                     acc[1].data_ptr())
             self.lib.launch(f'{name}_bwd', args, ranges)
-        sums = acc.sum(1)
-        return gx, sums[0], sums[1]
+        return (gx, *self._finish(acc, lam))
+
+    def _finish(self, acc: Tensor, lam: Tensor) -> Tuple[Tensor, Tensor]:
+        """(grad_k, grad_l) from the per-thread sums (one call instead of
+        five small torch ops: this runs for every activation of a step)."""
+        out = torch.empty(2, acc.shape[2], dtype=torch.float64)
+        self._param_grads(acc.data_ptr(), acc.shape[1], acc.shape[2],
+                          lam.data_ptr(), out.data_ptr())
+        return out[0], out[1]
 
     def backward_rebuilt(self, name: str, grad_out: Tensor, k: Tensor,
                          lam: Tensor, src: Tensor, scale: Tensor,
@@ -347,16 +376,12 @@ class CpuKernel:
             shift, other_scale (Tensor): C values each.
 
         Returns:
-            tuple: ``(grad_z, sum_k, sum_l)`` as for :meth:`backward`.
+            tuple: ``(grad_z, grad_k, grad_l)`` as for :meth:`backward`.
         """
         src, go = src.contiguous(), grad_out.contiguous()
         other = None if other is None else other.contiguous()
-        k = k.detach().to(torch.float32).contiguous()
-        lam = lam.detach().to(torch.float32).contiguous()
-        coef = [
-            t.detach().to(torch.float32).contiguous()
-            for t in (scale, shift, other_scale)
-        ]
+        k, lam = _f32(k), _f32(lam)
+        coef = [_f32(t) for t in (scale, shift, other_scale)]
         C, inner = self._layout(src, src.shape[1] if src.dim() > 1 else 1, 1)
         P = k.numel()
         gx = torch.empty_like(src)
@@ -369,8 +394,7 @@ class CpuKernel:
                     int(coef[0].numel() != C), k.data_ptr(), lam.data_ptr(),
                     int(P > 1), C, inner, acc[0].data_ptr(), acc[1].data_ptr())
             self.lib.launch(f'{name}_bwd_rebuilt', args, ranges)
-        sums = acc.sum(1)
-        return gx, sums[0], sums[1]
+        return (gx, *self._finish(acc, lam))
 
 
 def build_kernel(isa: Optional[str] = None,
