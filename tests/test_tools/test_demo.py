@@ -26,10 +26,12 @@ DEMO_CONFIGS = {
 }
 # Model keys the generated data and two CPU cores may change: the class
 # count, GOL's rare threshold (a share of the training images), the ImageNet
-# checkpoint (training from scratch, BN statistics from the batches) and the
-# numbers of anchors / proposals / RoIs per image.
+# checkpoint (training from scratch: BN statistics from the batches, residual
+# branches not zero-initialised) and the numbers of anchors / proposals /
+# RoIs per image.
 DATA_FORCED = {
     'backbone.init_cfg', 'backbone.frozen_stages', 'backbone.norm_eval',
+    'backbone.zero_init_residual',
     'roi_head.bbox_head.num_classes', 'roi_head.mask_head.num_classes',
     'roi_head.bbox_head.loss_cls.rare_threshold', 'train_cfg.rpn.sampler.num',
     'train_cfg.rpn_proposal.nms_pre', 'train_cfg.rpn_proposal.max_per_img',

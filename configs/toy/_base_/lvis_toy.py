@@ -35,8 +35,16 @@ toy_gol_rare_thr = 1.1 * toy_oversample_thr
 
 toy_model = dict(
     # No ImageNet checkpoint exists here: train every stage from scratch,
-    # with BN statistics from the batches.
-    backbone=dict(init_cfg=None, frozen_stages=-1, norm_eval=False),
+    # with BN statistics from the batches. As in mmdet's from-scratch
+    # recipe (configs/scratch), the last BN of a residual branch does not
+    # start at zero: a zero-initialised branch passes no gradient to its
+    # activations and attention gates, which would then hardly train in
+    # the demo's 84 iterations.
+    backbone=dict(
+        init_cfg=None,
+        frozen_stages=-1,
+        norm_eval=False,
+        zero_init_residual=False),
     roi_head=dict(
         bbox_head=dict(
             num_classes=toy_num_classes,
