@@ -16,8 +16,7 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError
-from mmact.utils import (check_mmcv, release_distributed,
-                         setup_cpu_distributed)
+from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    load_config, unknown_type_hint)
 
@@ -158,7 +157,7 @@ def main() -> None:
     if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
         raise ValueError(f'--out must name a .pkl file, got {args.out!r}')
     check_data_paths(cfg, ('test', ))
-    setup_cpu_distributed(cfg, args.launcher)
+    cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
         dict(type='CheckpointKeysHook', strict=not args.allow_partial)
     ]
@@ -177,7 +176,7 @@ def main() -> None:
                         type=f'{scope}.{DUMP_METRICS[scope]}',
                         out_file_path=args.out)))
         runner.test()
-        release_distributed()
+        finish_run(cpu_distributed)
     except CheckpointMismatchError as error:
         sys.exit(f'{args.checkpoint}: {error}\nNothing was tested. Use the '
                  'checkpoint of this config, or pass --allow-partial to test '

@@ -15,8 +15,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner, find_latest_checkpoint
 
 import mmact  # noqa: F401  (registers mmact components)
-from mmact.utils import (check_mmcv, release_distributed,
-                         setup_cpu_distributed)
+from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_pretrained_paths, load_config,
                                    unknown_type_hint)
@@ -134,7 +133,7 @@ def main() -> None:
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)
     check_pretrained_paths(cfg)
-    setup_cpu_distributed(cfg, args.launcher)
+    cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     # load_from may cover part of the model (fine-tuning): warn, don't stop.
     add_hook(cfg, dict(type='CheckpointKeysHook', strict=False))
     if not args.no_exact_resume:
@@ -144,7 +143,7 @@ def main() -> None:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
             RUNNERS.build(cfg)
         runner.train()
-        release_distributed()
+        finish_run(cpu_distributed)
     except KeyError as error:
         hint = unknown_type_hint(error, cfg.get('default_scope'))
         if hint is not None:

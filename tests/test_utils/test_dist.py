@@ -1,0 +1,37 @@
+"""mmact.utils.dist: how a tool's run ends."""
+import subprocess
+import sys
+import textwrap
+
+from mmact.utils import finish_run
+
+
+def test_finish_run_returns_without_cpu_distributed():
+    finish_run(False)  # no process group: nothing to release, no exit
+
+
+def test_cpu_distributed_worker_exits_zero_with_output_flushed(tmp_path):
+    """A CPU-distributed worker with a live gloo group leaves with status 0
+    right away, after its logs and buffered prints are written out."""
+    log_file = tmp_path / 'run.log'
+    script = textwrap.dedent(f"""
+        import logging
+        import torch.distributed as dist
+        from mmact.utils import finish_run
+        dist.init_process_group(
+            'gloo', init_method='file://{tmp_path / 'store'}', rank=0,
+            world_size=1)
+        logger = logging.getLogger('run')
+        logger.addHandler(logging.FileHandler('{log_file}'))
+        logger.warning('run finished')
+        print('buffered line', end='')
+        finish_run(True)
+        print('not reached')
+        """)
+    result = subprocess.run([sys.executable, '-c', script],
+                            capture_output=True,
+                            text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == 'buffered line'
+    assert log_file.read_text() == 'run finished\n'
