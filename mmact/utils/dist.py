@@ -67,8 +67,8 @@ def finish_run(cpu_distributed: bool) -> None:
     flushing logging and the standard streams: at interpreter teardown,
     threads that torch.distributed's C++ objects own could be destroyed
     while still joinable, which aborted a rank after a successful run
-    ("terminate called without an active exception", about one full test
-    suite in three, not reproducible in isolation). Nothing is pending by
+    ("terminate called without an active exception", in two of three full
+    test-suite runs, not in 11 runs in isolation). Nothing is pending by
     then: the Runner has written and closed checkpoints and logs, and its
     LoggerHook closed the visualizer.
 
