@@ -84,6 +84,14 @@ def _store_window_sums(ptr, colsum, local, plane, gr, cb, kw, nh, nw, wpb,
 
 
 @triton.jit
+def _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R: tl.constexpr):
+    """Offsets and mask of rows ``[r0, r0 + BLOCK_R)`` of a band."""
+    r = r0 + tl.arange(0, BLOCK_R)
+    mask = (r < rows)[:, None] & col_mask[None, :]
+    return base + r[:, None] * W + col[None, :], mask
+
+
+@triton.jit
 def fles_stats_kernel(x_ptr, sums_ptr, count_ptr, H, W, kh, kw, nh, nw, n_cb,
                       CW, wpb, POSITIVE: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_W: tl.constexpr, BLOCK_NW: tl.constexpr):
@@ -93,11 +101,8 @@ def fles_stats_kernel(x_ptr, sums_ptr, count_ptr, H, W, kh, kw, nh, nw, n_cb,
     acc = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
     cnt = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
     for r0 in range(0, rows, BLOCK_R):
-        r = r0 + tl.arange(0, BLOCK_R)
-        mask = (r < rows)[:, None] & col_mask[None, :]
-        x = tl.load(
-            x_ptr + base + r[:, None] * W + col[None, :], mask=mask,
-            other=0.0).to(tl.float32)
+        offs, mask = _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if POSITIVE:
             acc += tl.maximum(x, 0.0)
             cnt += tl.where(mask & (x >= 0.0), 1.0, 0.0)
@@ -122,9 +127,7 @@ def fles_apply_kernel(x_ptr, y_ptr, kv_ptr, ko_ptr, cst, H, W, kh, kw, nh, nw,
     kv = tl.load(kv_ptr + win, mask=col_mask, other=0.0)[None, :]
     ko = (tl.load(ko_ptr + win, mask=col_mask, other=1.0) * cst)[None, :]
     for r0 in range(0, rows, BLOCK_R):
-        r = r0 + tl.arange(0, BLOCK_R)
-        mask = (r < rows)[:, None] & col_mask[None, :]
-        offs = base + r[:, None] * W + col[None, :]
+        offs, mask = _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         rho, drho = _gate(ko * x, GATE)
         tl.store(
@@ -143,9 +146,7 @@ def fles_gate_sums_kernel(x_ptr, g_ptr, kv_ptr, ko_ptr, s_ve_ptr, s_ho_ptr,
     acc_ve = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
     acc_ho = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
     for r0 in range(0, rows, BLOCK_R):
-        r = r0 + tl.arange(0, BLOCK_R)
-        mask = (r < rows)[:, None] & col_mask[None, :]
-        offs = base + r[:, None] * W + col[None, :]
+        offs, mask = _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         rho, drho = _gate(ko * x, GATE)
@@ -171,9 +172,7 @@ def fles_grad_kernel(x_ptr, g_ptr, gx_ptr, kv_ptr, ko_ptr, q_ptr, cst, H, W,
     ko = (tl.load(ko_ptr + win, mask=col_mask, other=1.0) * cst)[None, :]
     q = tl.load(q_ptr + win, mask=col_mask, other=0.0)[None, :]
     for r0 in range(0, rows, BLOCK_R):
-        r = r0 + tl.arange(0, BLOCK_R)
-        mask = (r < rows)[:, None] & col_mask[None, :]
-        offs = base + r[:, None] * W + col[None, :]
+        offs, mask = _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         u = ko * x
