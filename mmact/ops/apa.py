@@ -121,14 +121,15 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _prepare(x: Tensor, kappa: Tensor, lam: Tensor, channel_dim: int):
-    cdt = _compute_dtype(x)
-    z = x.to(cdt)
-    k = kappa.detach().to(cdt).reshape(
+def _param_views(x: Tensor, kappa: Tensor, lam: Tensor, channel_dim: int,
+                 dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    """``kappa`` and ``lam`` (detached, in ``dtype``) shaped to broadcast
+    against ``x`` (the torch path's form)."""
+    k = kappa.detach().to(dtype).reshape(
         _broadcast_shape(kappa, x, channel_dim, 'kappa'))
-    lam_shape = _broadcast_shape(lam, x, channel_dim, 'lambda')
-    l = lam.detach().to(cdt).reshape(lam_shape)  # noqa: E741
-    return z, k, l
+    l = lam.detach().to(dtype).reshape(  # noqa: E741
+        _broadcast_shape(lam, x, channel_dim, 'lambda'))
+    return k, l
 
 
 def _grad_to_param(grad: Optional[Tensor], p: Tensor) -> Optional[Tensor]:
@@ -171,7 +172,7 @@ def _eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
         _broadcast_shape(lam, x, channel_dim, 'lambda')
         out = kernel.forward(name, z, kappa, lam, channel_dim)
     else:
-        _, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+        k, l = _param_views(x, kappa, lam, channel_dim, z.dtype)  # noqa: E741
         a = torch.addcmul(torch.log(l), z, k, value=-1.0)
         out = F.softplus(a).mul_(-1.0 / l).exp_()
         if name == 'aglu':
@@ -197,7 +198,7 @@ def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
         return (grad_x, _grad_to_param(grad_k if need_k else None, kappa),
                 _grad_to_param(grad_l if need_l else None, lam))
 
-    _, k, l = _prepare(x, kappa, lam, channel_dim)  # noqa: E741
+    k, l = _param_views(x, kappa, lam, channel_dim, z.dtype)  # noqa: E741
     inv_l = 1.0 / l
     sp, g, w = _eta_parts(z, k, l)
     w.mul_(grad_out.to(z.dtype))  # w = go * eta
@@ -294,7 +295,7 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
         _as_param(kappa, x), _as_param(lambda_, x), lambda_min)
     if torch.onnx.is_in_onnx_export():
         # Compose standard ops so that any exporter can translate it.
-        z, k, l = x.to(_compute_dtype(x)), None, None  # noqa: E741
+        z = x.to(_compute_dtype(x))
         k = kappa.to(z.dtype).reshape(
             _broadcast_shape(kappa, x, channel_dim, 'kappa'))
         l = lam.to(z.dtype).reshape(  # noqa: E741
@@ -378,6 +379,20 @@ def rebuild_input(src: Tensor,
 
     The form in which :func:`rebuilt_backward` takes an activation input
     that was not kept for backward.
+
+    Args:
+        src (Tensor): (N, C, ...) tensor the input was computed from, e.g.
+            the input of a BN layer.
+        scale (Tensor, optional): Broadcastable factor of ``src``: a BN's
+            per-channel scale (1, C, 1, ...) or attention weights
+            (N, C, 1, ...).
+        shift (Tensor, optional): Broadcastable per-channel shift.
+        other (Tensor, optional): Residual term, ``src``'s shape.
+        other_scale (Tensor, optional): Broadcastable factor of ``other``
+            (a downsample BN's scale).
+
+    Returns:
+        Tensor: The rebuilt input.
     """
     if scale is None:
         z = src if shift is None else src + shift
