@@ -138,11 +138,30 @@ def enable_tta(cfg: Config) -> None:
     cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
 
 
+def write_metrics_once(cfg: Config) -> None:
+    """Have the main process alone write the test-metrics json.
+
+    mmengine's ``LoggerHook`` (the default, or named in the config) has every
+    rank write the same file, which two ranks can corrupt; it is replaced by
+    :class:`mmact.engine.hooks.MainProcessLoggerHook` with the same
+    arguments. Another logger hook type, or ``logger=None``, is left as is.
+
+    Args:
+        cfg (Config): Updated in place.
+    """
+    hooks = cfg.setdefault('default_hooks', ConfigDict())
+    logger = hooks.get('logger', dict(type='LoggerHook'))
+    if logger is not None and logger['type'] in ('LoggerHook',
+                                                  'mmengine.LoggerHook'):
+        hooks['logger'] = dict(logger, type='MainProcessLoggerHook')
+
+
 def main() -> None:
     args = parse_args()
     check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher
+    write_metrics_once(cfg)
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:

@@ -291,6 +291,12 @@ def test_compare_runs_table_and_errors(tmp_path, capsys):
     os.utime(tmp_path / 'b' / 'epoch_1.pth', (later, later))
     with pytest.raises(RuntimeError, match='was not tested'):
         main([f'B={tmp_path / "b"}'])
+    # a newest metrics file that is not JSON is named, not skipped
+    broken = _fake_test_run(tmp_path / 'a', '20240103_000000', values)
+    broken.write_text(broken.read_text() + '0}')
+    with pytest.raises(ValueError, match='20240103_000000.json.*not JSON'):
+        main([f'A={tmp_path / "a"}'])
+    broken.unlink()
     # a metric the run does not have
     with pytest.raises(KeyError, match='no bbox_AR'):
         main([f'A={tmp_path / "a"}', '--metrics', 'AR'])

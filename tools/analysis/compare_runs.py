@@ -77,12 +77,17 @@ def load_test_metrics(work_dir: str) -> Tuple[Dict[str, float], str]:
     if not osp.isdir(work_dir):
         raise FileNotFoundError(f'work dir {work_dir!r} does not exist')
     found = []
-    for path in _timestamped(work_dir, '*.json'):
-        # tools/test.py: <ts>/<ts>.json; training logs lie in <ts>/vis_data
+    # tools/test.py: <ts>/<ts>.json; training logs lie in <ts>/vis_data
+    paths = _timestamped(work_dir, '*.json')
+    for path in paths:
         try:
             with open(path, encoding='utf-8') as f:
                 metrics = json.load(f)
-        except ValueError:
+        except ValueError as error:
+            if path == paths[-1]:  # an older run's metrics would be wrong
+                raise ValueError(
+                    f'{path}, the newest test metrics in {work_dir}, is not '
+                    f'JSON ({error}); run the test again') from error
             continue
         if isinstance(metrics, dict) and any('/' in k for k in metrics):
             found.append((path, metrics))

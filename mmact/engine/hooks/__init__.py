@@ -3,8 +3,10 @@ from .checkpoint_keys import (CheckpointKeysHook, CheckpointMismatchError,
                               checkpoint_mismatch)
 from .exact_resume import ExactResumeHook
 from .gol_frequency import GOLFrequencyHook
+from .main_process_logger import MainProcessLoggerHook
 
 __all__ = [
     'ActivationStatsHook', 'CheckpointKeysHook', 'CheckpointMismatchError',
-    'checkpoint_mismatch', 'ExactResumeHook', 'GOLFrequencyHook'
+    'checkpoint_mismatch', 'ExactResumeHook', 'GOLFrequencyHook',
+    'MainProcessLoggerHook'
 ]
