@@ -245,7 +245,7 @@ def residual_act(block: nn.Module, act: nn.Module, norm: nn.Module,
                              other, o_scale)
     u = norm(conv_out)
     a = attn.weights(u)
-    s = u * a + identity  # the product saves u and a
+    s = torch.addcmul(identity, u, a)  # one pass; saves u and a
     return recompute_act(act, s, u.detach(), a.detach(), o_shift, other,
                          o_scale)
 

@@ -56,7 +56,9 @@ def test_matches_plain_path(depth, attention):
             p.grad, q.grad, rtol=1e-9, atol=1e-12, msg=name)
     for (name, a), b in zip(plain.state_dict().items(),
                             fast.state_dict().values()):
-        assert torch.equal(a, b), name  # running stats updated once
+        # running stats updated once (to rounding: the fast path adds the
+        # attention product and the shortcut in one addcmul)
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15, msg=name)
 
 
 def _saved_bytes(model, x):
