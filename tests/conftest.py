@@ -1,8 +1,33 @@
 """Fixtures shared by the whole test suite."""
+import importlib.util
 import json
+import re
+from pathlib import Path
+from types import ModuleType
 from typing import Callable, Dict, Tuple
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope='session')
+def load_tool() -> Callable[[str], ModuleType]:
+    """Import a script of the repository (``tools/...``) as a module.
+
+    ``load_tool('tools/test.py')`` executes the file under a module name of
+    its own (not as ``__main__``, so its ``main()`` does not run) and returns
+    a fresh module on every call, so a test may patch it freely.
+    """
+
+    def load(path: str) -> ModuleType:
+        name = 'mmact_tool_' + re.sub(r'\W', '_', path)
+        spec = importlib.util.spec_from_file_location(name, REPO / path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope='session')

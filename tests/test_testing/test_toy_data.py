@@ -23,7 +23,6 @@ from mmact.testing import (COCO_CATEGORY_IDS, MANIFEST, TOY_FORMATS,
 pytestmark = pytest.mark.filterwarnings(
     'ignore:__array__ implementation:DeprecationWarning')
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SMALL = dict(num_train=6, num_val=4, num_classes=5)
 
 
@@ -213,16 +212,8 @@ def test_lvis_frequency_rule():
         assert 1 <= rare_max < common_max < num_train
 
 
-def _cli():
-    path = osp.join(REPO, 'tools', 'misc', 'generate_toy_data.py')
-    spec = importlib.util.spec_from_file_location('gen_toy_cli', path)
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
-    return cli
-
-
-def test_cli(tmp_path, capsys):
-    cli = _cli()
+def test_cli(load_tool, tmp_path, capsys):
+    cli = load_tool('tools/misc/generate_toy_data.py')
     assert cli.main([
         'coco', 'cls', '--out-dir',
         str(tmp_path), '--num-train', '5', '--num-val', '2', '--num-classes',
@@ -240,8 +231,8 @@ def test_cli(tmp_path, capsys):
         cli.main(['voc', '--out-dir', str(tmp_path)])
 
 
-def test_cli_skip_complete(tmp_path, capsys):
-    cli = _cli()
+def test_cli_skip_complete(load_tool, tmp_path, capsys):
+    cli = load_tool('tools/misc/generate_toy_data.py')
     args = [
         'lvis', '--out-dir',
         str(tmp_path), '--num-train', '6', '--num-val', '2', '--num-classes',

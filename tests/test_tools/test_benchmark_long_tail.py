@@ -1,5 +1,4 @@
 """tools/analysis/benchmark_long_tail.py: the data split and a short run."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,16 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools/analysis/benchmark_long_tail.py'
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location('benchmark_long_tail',
-                                                  SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_long_tailed_counts_follow_the_imbalance_factor():
-    bench = load_script()
+def test_long_tailed_counts_follow_the_imbalance_factor(load_tool):
+    bench = load_tool('tools/analysis/benchmark_long_tail.py')
     counts = bench.long_tailed_counts(100, 100.0)
     # floor(100 * 100^(-i/9))
     assert counts == [100, 59, 35, 21, 12, 7, 4, 2, 1, 1]
@@ -29,8 +20,8 @@ def test_long_tailed_counts_follow_the_imbalance_factor():
     assert bench.long_tailed_counts(50, 1.0) == [50] * 10
 
 
-def test_digits_split_is_long_tailed_balanced_and_disjoint():
-    bench = load_script()
+def test_digits_split_is_long_tailed_balanced_and_disjoint(load_tool):
+    bench = load_tool('tools/analysis/benchmark_long_tail.py')
     x_train, y_train, x_test, y_test = bench.digits_split(100, 100.0, 50)
     assert np.bincount(y_train).tolist() == [100, 59, 35, 21, 12, 7, 4, 2,
                                              1, 1]

@@ -1,6 +1,5 @@
 """CPU benchmarks in tools/analysis: smoke runs on tiny shapes (no timed
 assertions) and the shared method in bench_utils."""
-import importlib.util
 import mmap
 import os
 import re
@@ -12,13 +11,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / 'tools/analysis'
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(script, *args):
@@ -124,8 +116,8 @@ def test_backbone_benchmark_table():
     assert float(rows[2][saved]) < float(rows[1][saved])
 
 
-def test_interleaved_counts_page_faults():
-    bench = load('bench_utils')
+def test_interleaved_counts_page_faults(load_tool):
+    bench = load_tool('tools/analysis/bench_utils.py')
     pages = 256
 
     def touch_fresh_pages():
@@ -149,15 +141,15 @@ def test_interleaved_counts_page_faults():
     assert bench.fmt_faults([3, 1, 7]) == '3 [7]'
 
 
-def test_round_ratios_and_spread():
-    bench = load('bench_utils')
+def test_round_ratios_and_spread(load_tool):
+    bench = load_tool('tools/analysis/bench_utils.py')
     times = {'a': [1.0, 2.0, 4.0], 'b': [2.0, 2.0, 2.0]}
     assert bench.round_ratios(times, 'b', 'a') == (1.0, 0.5, 2.0)
     assert bench.fmt_spread((1.0, 0.5, 2.0)) == '1.00 [0.50-2.00]'
 
 
-def test_allocator_choice(monkeypatch):
-    bench = load('bench_utils')
+def test_allocator_choice(load_tool, monkeypatch):
+    bench = load_tool('tools/analysis/bench_utils.py')
     calls = []
     monkeypatch.setattr(bench.os, 'execve', lambda *a: calls.append(a[2]))
     for key in list(os.environ):

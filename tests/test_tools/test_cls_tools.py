@@ -1,6 +1,5 @@
 """tools/train.py and tools/test.py on a seconds-long classifier (ActResNet
 with AGLU + APA*): resume, checkpoint inputs, AMP, TTA, typos."""
-import importlib.util
 import os
 import re
 import shutil
@@ -254,16 +253,8 @@ def test_activation_typo_names_the_closest(cwd):
         result.stderr
 
 
-def tools_test_module():
-    spec = importlib.util.spec_from_file_location('mmact_tools_test',
-                                                  REPO / 'tools/test.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_show_and_wait_time_as_mmdet():
-    tools = tools_test_module()
+def test_show_and_wait_time_as_mmdet(load_tool):
+    tools = load_tool('tools/test.py')
     det = Config.fromfile(str(TOY_COCO))
     tools.enable_visualization(det, 'shown', show=True, wait_time=0.5)
     expected = dict(
@@ -282,8 +273,8 @@ def test_show_and_wait_time_as_mmdet():
         tools.enable_visualization(Config(dict(default_hooks={})), show=True)
 
 
-def test_detector_tta_config_as_mmdet():
-    tools = tools_test_module()
+def test_detector_tta_config_as_mmdet(load_tool):
+    tools = load_tool('tools/test.py')
     cfg = Config.fromfile(str(TOY_COCO))
     detector = cfg.model
     with pytest.warns(UserWarning, match='tta_model'):

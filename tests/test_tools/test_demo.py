@@ -245,15 +245,6 @@ def test_demo_commands_two_iterations(toy_data_root, tmp_path):
 # ---------------------------------------------------------------------------
 # compare_runs on bad input
 # ---------------------------------------------------------------------------
-def _compare_main():
-    import importlib.util
-    path = REPO / 'tools' / 'analysis' / 'compare_runs.py'
-    spec = importlib.util.spec_from_file_location('compare_runs', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
 def _fake_test_run(work_dir: Path, stamp: str, values: dict) -> Path:
     (work_dir / stamp).mkdir(parents=True)
     path = work_dir / stamp / f'{stamp}.json'
@@ -261,8 +252,8 @@ def _fake_test_run(work_dir: Path, stamp: str, values: dict) -> Path:
     return path
 
 
-def test_compare_runs_table_and_errors(tmp_path, capsys):
-    main = _compare_main()
+def test_compare_runs_table_and_errors(load_tool, tmp_path, capsys):
+    main = load_tool('tools/analysis/compare_runs.py').main
     values = {
         f'{iou}_{m}': 0.1 * i
         for i, (iou, m) in enumerate(

@@ -1,4 +1,3 @@
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +10,6 @@ import mmact  # noqa: F401
 from mmact.engine.hooks import MainProcessLoggerHook
 from mmact.engine.hooks import main_process_logger
 
-REPO = Path(__file__).resolve().parents[3]
 TAG = {'lvis/bbox_AP': 0.25, 'lvis/bbox_APr': 0.125, 'time': 7.5}
 
 
@@ -46,14 +44,6 @@ def test_only_the_main_process_writes_the_metrics(tmp_path, monkeypatch,
         assert written == []
 
 
-def tools_test_module():
-    spec = importlib.util.spec_from_file_location('mmact_tools_test',
-                                                  REPO / 'tools/test.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize('hooks, expected', [
     ({}, dict(type='MainProcessLoggerHook')),
     (dict(logger=dict(type='LoggerHook', interval=50)),
@@ -63,8 +53,9 @@ def tools_test_module():
     (dict(logger=dict(type='MyLoggerHook')), dict(type='MyLoggerHook')),
     (dict(logger=None), None),
 ])
-def test_tools_test_replaces_only_the_stock_logger_hook(hooks, expected):
+def test_tools_test_replaces_only_the_stock_logger_hook(
+        load_tool, hooks, expected):
     cfg = Config(dict(default_hooks=hooks))
-    tools_test_module().write_metrics_once(cfg)
+    load_tool('tools/test.py').write_metrics_once(cfg)
     logger = cfg.default_hooks.logger
     assert (logger if logger is None else dict(logger)) == expected
