@@ -12,8 +12,8 @@ backward:
 - after BN: ``z = x * scale + shift`` from the BN input ``x`` (saved by BN)
   and the per-channel affine of the batch (or running) statistics;
 - after the residual add: ``z = u * a + identity`` (attention ``u * a``; ``u``
-  and ``a`` are saved by the multiplication, ``identity`` by the next conv) or
-  ``z = x * scale + shift + identity`` without attention.
+  and ``a`` are saved by the ``addcmul`` that forms ``z``, ``identity`` by the
+  next conv) or ``z = x * scale + shift + identity`` without attention.
 
 (with a conv + BN shortcut, ``identity = d * scale2 + shift2`` from the
 shortcut conv's output ``d``, saved by its BN). Every case has the form
