@@ -144,15 +144,16 @@ def write_metrics_once(cfg: Config) -> None:
     mmengine's ``LoggerHook`` (the default, or named in the config) has every
     rank write the same file, which two ranks can corrupt; it is replaced by
     :class:`mmact.engine.hooks.MainProcessLoggerHook` with the same
-    arguments. Another logger hook type, or ``logger=None``, is left as is.
+    arguments. Another logger hook type, a built hook object or
+    ``logger=None`` is left as is.
 
     Args:
         cfg (Config): Updated in place.
     """
     hooks = cfg.setdefault('default_hooks', ConfigDict())
     logger = hooks.get('logger', dict(type='LoggerHook'))
-    if logger is not None and logger['type'] in ('LoggerHook',
-                                                  'mmengine.LoggerHook'):
+    if isinstance(logger, dict) and logger.get('type') in (
+            'LoggerHook', 'mmengine.LoggerHook'):
         hooks['logger'] = dict(logger, type='MainProcessLoggerHook')
 
 

@@ -6,12 +6,11 @@ math in a single pass over memory, in stages over L1-resident blocks. The
 math runs in base 2 (log2(e) goes into the per-channel parameters), and 2^t
 and log2(1 + e) are inlined range-limited polynomials (both exponentials
 have non-positive arguments, log1p's argument lies in [0, 1]), so the loops
-vectorize without a vector math library. A
-second backward form rebuilds its input per element from a per-channel
-(or per-row) affine of one tensor plus an optional second one, for inputs
-that were not kept (:func:`mmact.ops.apa.rebuilt_backward`). The source is
-compiled for the host's vector ISA and cached by
-:mod:`mmact.ops.cpu_build`.
+vectorize without a vector math library. A second backward form rebuilds
+its input per element from a per-channel (or per-row) affine of one tensor
+plus an optional second one, for inputs that were not kept
+(:func:`mmact.ops.apa.rebuilt_backward`). The source is compiled for the
+host's vector ISA and cached by :mod:`mmact.ops.cpu_build`.
 
 Nothing here is required: when the kernel cannot be built
 :func:`get_kernel` returns None and the ops use the plain torch path. The

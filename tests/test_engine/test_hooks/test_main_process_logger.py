@@ -52,6 +52,7 @@ def test_only_the_main_process_writes_the_metrics(tmp_path, monkeypatch,
      dict(type='MainProcessLoggerHook')),
     (dict(logger=dict(type='MyLoggerHook')), dict(type='MyLoggerHook')),
     (dict(logger=None), None),
+    (dict(logger=dict(interval=5)), dict(interval=5)),  # mmengine's error
 ])
 def test_tools_test_replaces_only_the_stock_logger_hook(
         load_tool, hooks, expected):
