@@ -27,8 +27,8 @@ the result is returned in the input's dtype.
 :func:`rebuilt_backward` is the same backward at an input that was not kept
 but is rebuilt from the tensors it was computed from (a BN affine, an
 attention product, a residual add; memory-lean training in
-:mod:`mmact.models.backbones.recompute`); the CPU kernel rebuilds it per
-element inside its backward loop.
+:mod:`mmact.models.backbones.recompute`); the CPU and Triton kernels
+rebuild it per element inside their backward pass.
 
 Execution paths:
 
@@ -414,22 +414,33 @@ def _rows_or_channels(t: Optional[Tensor], x: Tensor, rows: bool) -> bool:
             and (t.shape[0] == 1 or rows and t.shape[0] == x.shape[0]))
 
 
-def _rebuilt_kernel(grad_out: Tensor, src: Tensor, scale: Optional[Tensor],
-                    shift: Optional[Tensor], other: Optional[Tensor],
-                    other_scale: Optional[Tensor], per_channel: bool,
-                    channel_dim: int) -> Optional[CpuKernel]:
-    """The CPU kernel when it can rebuild the input itself: float32
-    (N, C, ...) tensors of one shape, per-channel (or, for ``scale``,
-    per-(n, c)) coefficients, parameters shared or along dim 1."""
+def _kernel_rebuildable(grad_out: Tensor, src: Tensor, scale: Optional[Tensor],
+                        shift: Optional[Tensor], other: Optional[Tensor],
+                        other_scale: Optional[Tensor], per_channel: bool,
+                        channel_dim: int) -> bool:
+    """Whether a fused kernel can rebuild the input itself: (N, C, ...)
+    tensors of one shape, per-channel (or, for ``scale``, per-(n, c))
+    coefficients, parameters shared or along dim 1."""
     if src.dim() < 2 or per_channel and channel_dim % src.dim() != 1:
-        return None
-    full = [t for t in (grad_out, other) if t is not None]
-    if any(t.shape != src.shape or t.dtype != src.dtype for t in full):
-        return None
+        return False
+    if any(t is not None and t.shape != src.shape for t in (grad_out, other)):
+        return False
     coefs = ((scale, True), (shift, False), (other_scale, False))
-    if not all(_rows_or_channels(t, src, rows) for t, rows in coefs):
+    return all(_rows_or_channels(t, src, rows) for t, rows in coefs)
+
+
+def _rebuilt_cpu_kernel(grad_out: Tensor, src: Tensor,
+                        other: Optional[Tensor]) -> Optional[CpuKernel]:
+    """The CPU kernel when it applies: float32 tensors of one dtype."""
+    if any(t is not None and t.dtype != src.dtype for t in (grad_out, other)):
         return None
     return _fused_kernel(src)
+
+
+def _rebuilt_on_triton(grad_out: Tensor, src: Tensor,
+                       other: Optional[Tensor]) -> bool:
+    return use_triton(grad_out) and all(
+        t is None or use_triton(t) for t in (src, other))
 
 
 def _chain_to_params(grad_k: Optional[Tensor], grad_l: Optional[Tensor],
@@ -468,9 +479,10 @@ def rebuilt_backward(
     shape (1, C, 1, ...)), or attention weights ``scale`` of shape
     (N, C, 1, ...), plus optionally a residual ``other`` (itself maybe a BN
     affine: ``other_scale``; its shift goes into ``shift``). The float32
-    CPU kernel computes ``z`` per element inside the backward loop, so
-    neither ``z`` nor an autograd graph of the activation is built; in other
-    cases (float64, small tensors, CUDA, no compiler, other shapes) ``z`` is
+    CPU kernel and, on the Triton path (CUDA), the Triton backward kernel
+    compute ``z`` per element as they read the sources, so neither ``z``
+    nor an autograd graph of the activation is built; in other cases
+    (float64, small CPU tensors, no compiler, other shapes) ``z`` is
     rebuilt with torch and the operator's own backward runs on it.
 
     Args:
@@ -491,13 +503,22 @@ def rebuilt_backward(
         raise ValueError(f"name must be 'apa' or 'aglu', got {name!r}")
     need_k, need_l = kappa.requires_grad, lambda_.requires_grad
     k, lam = _kernel_params(kappa.detach(), lambda_.detach(), lambda_min)
-    kernel = _rebuilt_kernel(grad_out, src, scale, shift, other, other_scale,
-                             k.numel() > 1, channel_dim)
-    if kernel is None:
+    needs = (True, need_k, need_l)
+    grads = kernel = None
+    if _kernel_rebuildable(grad_out, src, scale, shift, other, other_scale,
+                           k.numel() > 1, channel_dim):
+        if _rebuilt_on_triton(grad_out, src, other):
+            from .apa_triton import eta_backward_rebuilt  # imports triton
+            grads = eta_backward_rebuilt(name, grad_out, k, lam, src, scale,
+                                         shift, other, other_scale, needs)
+        else:
+            kernel = _rebuilt_cpu_kernel(grad_out, src, other)
+    if grads is not None:
+        grad_z, grad_k, grad_l = grads
+    elif kernel is None:
         z = rebuild_input(src, scale, shift, other, other_scale)
         grad_z, grad_k, grad_l = _eta_grads(name, z, grad_out, k, lam,
-                                            channel_dim,
-                                            (True, need_k, need_l))
+                                            channel_dim, needs)
     else:
         C = src.shape[1]
         ones = src.new_ones(C)

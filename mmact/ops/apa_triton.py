@@ -6,9 +6,13 @@ says so; parameter shapes are validated there. Any dense layout (NCHW,
 made; other strides are made contiguous first. Backward is two launches:
 grad_x with per-program partial sums of the parameter gradients, then a
 fixed-order sum of the partials scaled by ``1/l`` and ``1/l^2``
-(deterministic, no atomics). Host work per call is kept to a few tensor
-allocations (layouts are planned once per shape and cached): on a fast GPU
-small activations are bound by launch overhead, not by the kernels.
+(deterministic, no atomics). The memory-lean backward
+(:func:`eta_backward_rebuilt`) is the same kernel loading the sources of
+the input instead of the input: a BN affine, attention weights, a residual
+(:func:`mmact.ops.apa.rebuilt_backward`). Host work per call is kept to a
+few tensor allocations (layouts are planned once per shape and cached): on
+a fast GPU small activations are bound by launch overhead, not by the
+kernels.
 """
 import functools
 from typing import NamedTuple, Optional, Sequence, Tuple
@@ -16,7 +20,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ['eta_forward', 'eta_backward']
+__all__ = ['eta_forward', 'eta_backward', 'eta_backward_rebuilt']
 
 # Elements per tile: 16 (forward) / 8 (backward) per thread at 4 warps.
 _FWD_TILE = 2048
@@ -187,28 +191,25 @@ def _bwd_grid(plan: _Plan) -> Tuple[int, int, int, int]:
     return other * groups, groups, iters, rows
 
 
-def eta_backward(
-    name: str, x: Tensor, grad_out: Tensor, kappa: Tensor, lam: Tensor,
-    channel_dim: int, needs: Sequence[bool]
-) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
-    """Gradients of :func:`eta_forward` w.r.t. ``x``, ``kappa`` and ``lam``.
+class _Sources(NamedTuple):
+    """How the backward kernel gets the input: ``x`` itself (all None), or
+    rebuilt as ``x * scale + shift + other * other_scale``."""
+    other: Optional[Tensor] = None
+    scale: Optional[Tensor] = None  # C or N * C float32 values
+    shift: Optional[Tensor] = None
+    other_scale: Optional[Tensor] = None
+    rows_per_sample: int = 1  # for a per-sample scale
 
-    Args:
-        name, x, kappa, lam, channel_dim: As for :func:`eta_forward`.
-        grad_out (Tensor): Gradient of the output.
-        needs (Sequence[bool]): Which of the three gradients to return.
 
-    Returns:
-        tuple: ``(grad_x, grad_kappa, grad_lambda)``, None where not needed;
-        ``grad_x`` in the dtype of ``x``, the others in their parameter's
-        shape and dtype.
-    """
+def _launch_backward(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
+                     lam: Tensor, plan: _Plan, needs: Sequence[bool],
+                     sources: _Sources):
+    """grad_x (the layout of ``x``, the dtype of ``grad_out``) and the
+    parameter gradients; ``grad_out`` (and ``sources.other``) already laid
+    out as ``x``."""
     need_x, need_k, need_l = needs[:3]
     need_params = need_k or need_l
-    x, plan = _planned(x, kappa, lam, channel_dim, _BWD_TILE)
-    if not _same_layout(grad_out, x):
-        grad_out = torch.empty_like(x).copy_(grad_out)
-    grad_x = torch.empty_like(x) if need_x else None
+    grad_x = torch.empty_like(x, dtype=grad_out.dtype) if need_x else None
     if x.numel() == 0:
         return (grad_x, torch.zeros_like(kappa) if need_k else None,
                 torch.zeros_like(lam) if need_l else None)
@@ -223,6 +224,7 @@ def eta_backward(
         _param(kappa, x),
         lam32,
         part,
+        *(x if t is None else t for t in sources[:4]),
         plan.P,
         plan.Q,
         plan.C,
@@ -230,12 +232,19 @@ def eta_backward(
         groups,
         iters,
         S * plan.C,
+        sources.rows_per_sample,
         AGLU=name == 'aglu',
         K_PER_CHANNEL=kappa.numel() > 1,
         L_PER_CHANNEL=lam.numel() > 1,
         CHANNEL_AXIS=plan.axis,
         NEED_X=need_x,
         NEED_PARAMS=need_params,
+        HAS_SCALE=sources.scale is not None,
+        SCALE_PER_SAMPLE=(sources.scale is not None
+                          and sources.scale.numel() > plan.C),
+        HAS_SHIFT=sources.shift is not None,
+        HAS_OTHER=sources.other is not None,
+        HAS_OTHER_SCALE=sources.other_scale is not None,
         BLOCK_P=plan.block_p,
         BLOCK_Q=plan.block_q,
         WIDE=plan.wide)
@@ -256,3 +265,78 @@ def eta_backward(
     grad_k, grad_l = grads.unbind(0)
     return (grad_x, _to_param(grad_k, kappa) if need_k else None,
             _to_param(grad_l, lam) if need_l else None)
+
+
+def eta_backward(
+    name: str, x: Tensor, grad_out: Tensor, kappa: Tensor, lam: Tensor,
+    channel_dim: int, needs: Sequence[bool]
+) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """Gradients of :func:`eta_forward` w.r.t. ``x``, ``kappa`` and ``lam``.
+
+    Args:
+        name, x, kappa, lam, channel_dim: As for :func:`eta_forward`.
+        grad_out (Tensor): Gradient of the output.
+        needs (Sequence[bool]): Which of the three gradients to return.
+
+    Returns:
+        tuple: ``(grad_x, grad_kappa, grad_lambda)``, None where not needed;
+        ``grad_x`` in the dtype of ``x``, the others in their parameter's
+        shape and dtype.
+    """
+    x, plan = _planned(x, kappa, lam, channel_dim, _BWD_TILE)
+    if not _same_layout(grad_out, x):
+        grad_out = torch.empty_like(x).copy_(grad_out)
+    return _launch_backward(name, x, grad_out, kappa, lam, plan, needs,
+                            _Sources())
+
+
+def _coef(t: Optional[Tensor], src: Tensor) -> Optional[Tensor]:
+    return None if t is None else _param(t.reshape(-1), src)
+
+
+def eta_backward_rebuilt(
+    name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor, src: Tensor,
+    scale: Optional[Tensor], shift: Optional[Tensor], other: Optional[Tensor],
+    other_scale: Optional[Tensor], needs: Sequence[bool]
+) -> Optional[Tuple[Tensor, Optional[Tensor], Optional[Tensor]]]:
+    """:func:`eta_backward` at ``z = src * scale + shift + other *
+    other_scale``, rebuilt per element in the kernel (``z`` is never
+    stored).
+
+    Args:
+        name (str): ``'apa'`` or ``'aglu'``.
+        grad_out (Tensor): Gradient of the output, ``(N, C, ...)``.
+        kappa, lam (Tensor): 1 or C values each (channels along dim 1),
+            ``lam`` already clamped.
+        src (Tensor): ``grad_out``'s shape; float32 / float16 / bfloat16.
+        scale (Tensor, optional): C values (shaped ``(1, C, 1, ...)``) or
+            one per (sample, channel) (``(N, C, 1, ...)``).
+        shift, other_scale (Tensor, optional): C values each.
+        other (Tensor, optional): ``grad_out``'s shape.
+        needs (Sequence[bool]): Which of the three gradients to return.
+
+    Returns:
+        tuple | None: ``(grad_z, grad_kappa, grad_lambda)`` as for
+        :func:`eta_backward` (``grad_z`` in ``grad_out``'s dtype), or None
+        when the kernel does not cover the layout (a per-sample ``scale``
+        on a tensor whose samples are not outermost in memory, or a single
+        channel): rebuild ``z`` with torch then.
+    """
+    N, C = src.shape[:2]
+    plan = _plan(tuple(src.shape), src.stride(), True, 1, _BWD_TILE)
+    if plan is None:
+        src = src.contiguous()
+        plan = _plan(tuple(src.shape), src.stride(), True, 1, _BWD_TILE)
+    per_sample = scale is not None and scale.numel() > C
+    if per_sample and N > 1 and (plan.C == 1
+                                 or src.stride(0) * N != src.numel()):
+        return None
+    if not _same_layout(grad_out, src):
+        grad_out = torch.empty_like(src, dtype=grad_out.dtype).copy_(grad_out)
+    if other is not None and not _same_layout(other, src):
+        other = torch.empty_like(src, dtype=other.dtype).copy_(other)
+    sources = _Sources(other, _coef(scale, src), _coef(shift, src),
+                       _coef(other_scale, src),
+                       max(src.numel() // max(N, 1) // plan.Q, 1))
+    return _launch_backward(name, src, grad_out, kappa, lam, plan, needs,
+                            sources)

@@ -116,12 +116,50 @@ def eta_fwd_kernel(x_ptr, y_ptr, k_ptr, l_ptr, P, Q, C, n_q,
 
 
 @triton.jit
-def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, P, Q, C, n_q,
-                   n_groups, iters, part_stride, AGLU: tl.constexpr,
+def _input(x_ptr, other_ptr, scale_ptr, shift_ptr, oscale_ptr, offs, mask,
+           rows, cols, P, Q, C, rows_per_sample, CHANNEL_AXIS: tl.constexpr,
+           HAS_SCALE: tl.constexpr, SCALE_PER_SAMPLE: tl.constexpr,
+           HAS_SHIFT: tl.constexpr, HAS_OTHER: tl.constexpr,
+           HAS_OTHER_SCALE: tl.constexpr):
+    """The input tile in float32: ``x`` itself, or ``z = x * scale + shift
+    + other * other_scale`` rebuilt from its sources (terms optional;
+    ``scale`` per channel or per (sample, channel), the others per channel;
+    sample of row ``p``: ``p // rows_per_sample``)."""
+    z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    # coefficients are loaded per row (channels first) or column vector
+    if CHANNEL_AXIS == 0:
+        ch = (rows % C)[:, None]
+        ch_mask = (rows < P)[:, None]
+    else:
+        ch = cols[None, :]
+        ch_mask = (cols < Q)[None, :]
+    if HAS_SCALE:
+        if SCALE_PER_SAMPLE:
+            at = (rows // rows_per_sample)[:, None] * C + ch
+            z = z * tl.load(scale_ptr + at, mask=mask, other=0.0)
+        else:
+            z = z * tl.load(scale_ptr + ch, mask=ch_mask, other=0.0)
+    if HAS_SHIFT:
+        z = z + tl.load(shift_ptr + ch, mask=ch_mask, other=0.0)
+    if HAS_OTHER:
+        other = tl.load(other_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_OTHER_SCALE:
+            other = other * tl.load(oscale_ptr + ch, mask=ch_mask, other=0.0)
+        z = z + other
+    return z
+
+
+@triton.jit
+def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, other_ptr,
+                   scale_ptr, shift_ptr, oscale_ptr, P, Q, C, n_q, n_groups,
+                   iters, part_stride, rows_per_sample, AGLU: tl.constexpr,
                    K_PER_CHANNEL: tl.constexpr, L_PER_CHANNEL: tl.constexpr,
                    CHANNEL_AXIS: tl.constexpr, NEED_X: tl.constexpr,
-                   NEED_PARAMS: tl.constexpr, BLOCK_P: tl.constexpr,
-                   BLOCK_Q: tl.constexpr, WIDE: tl.constexpr):
+                   NEED_PARAMS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                   SCALE_PER_SAMPLE: tl.constexpr, HAS_SHIFT: tl.constexpr,
+                   HAS_OTHER: tl.constexpr, HAS_OTHER_SCALE: tl.constexpr,
+                   BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
+                   WIDE: tl.constexpr):
     """grad_x and partial sums of the parameter gradients, one pass.
 
     A program walks ``iters`` tiles along its rows (``CHANNEL_AXIS=0``) or
@@ -133,7 +171,9 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, P, Q, C, n_q,
 
     The sums land in ``part[s, c]`` (``S x C``, row-major; the lambda sums
     ``part_stride`` further on), one row ``s`` per (sample, group);
-    :func:`eta_param_grad_kernel` adds the rows up.
+    :func:`eta_param_grad_kernel` adds the rows up. With any ``HAS_*``
+    flag the input is rebuilt from ``x_ptr`` and the sources (see
+    :func:`_input`) instead of read.
     """
     pid = tl.program_id(0)
     group, p, q, k, inv_l, ln_l = _params(pid, P, Q, C, n_q, n_groups, k_ptr,
@@ -155,7 +195,10 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, P, Q, C, n_q,
             cols = q0
         mask = (rows < P)[:, None] & (cols < Q)[None, :]
         offs = rows[:, None] * Q + cols[None, :]
-        z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        z = _input(x_ptr, other_ptr, scale_ptr, shift_ptr, oscale_ptr, offs,
+                   mask, rows, cols, P, Q, C, rows_per_sample, CHANNEL_AXIS,
+                   HAS_SCALE, SCALE_PER_SAMPLE, HAS_SHIFT, HAS_OTHER,
+                   HAS_OTHER_SCALE)
         go = tl.load(go_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         a = ln_l - k * z
         e = tl.exp(-tl.abs(a))

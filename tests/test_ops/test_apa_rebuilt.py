@@ -75,7 +75,7 @@ def test_torch_fallback(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     monkeypatch.undo()
     sources, kappa, lam, go = _case(torch.float32, 8, 8, True, seed=2)
-    assert apa_mod._rebuilt_kernel(go, *sources, True, 1) is None
+    assert not apa_mod._kernel_rebuildable(go, *sources, True, 1)
     got = rebuilt_backward('apa', go, kappa, lam, LAMBDA_MIN, 1, *sources)
     want = _autograd('apa', sources, kappa, lam, go)
     for a, b in zip(got, want):

@@ -60,7 +60,7 @@ def _compile_for_hopper(fn, types: dict, constexprs: dict) -> None:
         ASTSource(fn, signature, values), target=GPUTarget('cuda', 90, 32))
 
 
-@pytest.mark.parametrize('axis,per_channel', [(1, 1)])
+@pytest.mark.parametrize('axis,per_channel', [(1, 1), (0, 0)])
 def test_apa_kernels_compile(axis, per_channel):
     """The interpreter does not type-check like the compiler does."""
     pytest.importorskip('triton')
@@ -86,10 +86,25 @@ def test_apa_kernels_compile(axis, per_channel):
             gx_ptr='*bf16',
             **params,
             part_ptr='*fp32',
+            other_ptr='*bf16',
+            scale_ptr='*fp32',
+            shift_ptr='*fp32',
+            oscale_ptr='*fp32',
             **ints,
             n_groups='i32',
             iters='i32',
-            part_stride='i32'), dict(common, NEED_X=True, NEED_PARAMS=True))
+            part_stride='i32',
+            rows_per_sample='i32'),
+        # the input rebuilt from all its sources (memory-lean backward)
+        dict(
+            common,
+            NEED_X=True,
+            NEED_PARAMS=True,
+            HAS_SCALE=True,
+            SCALE_PER_SAMPLE=True,
+            HAS_SHIFT=True,
+            HAS_OTHER=True,
+            HAS_OTHER_SCALE=True))
     _compile_for_hopper(
         kernels.eta_param_grad_kernel,
         dict(

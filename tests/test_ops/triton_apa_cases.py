@@ -13,7 +13,9 @@ import torch
 
 import mmact.ops.apa_triton as triton_apa
 from mmact.models.activations import AGLU
+from mmact.models.backbones import ActResNet
 from mmact.ops import aglu, apa
+from mmact.ops.apa import rebuild_input, rebuilt_backward
 
 DEVICE = os.environ.get('MMACT_TEST_DEVICE', 'cpu')
 OPS = {'apa': apa, 'aglu': aglu}
@@ -27,7 +29,7 @@ def count_triton_calls(monkeypatch):
     """Every case must go through the Triton launchers."""
     torch.manual_seed(0)
     calls = []
-    for fn in ('eta_forward', 'eta_backward'):
+    for fn in ('eta_forward', 'eta_backward', 'eta_backward_rebuilt'):
         orig = getattr(triton_apa, fn)
 
         def wrapped(*args, _orig=orig, _fn=fn, **kwargs):
@@ -36,7 +38,7 @@ def count_triton_calls(monkeypatch):
 
         monkeypatch.setattr(triton_apa, fn, wrapped)
     yield calls
-    assert 'eta_forward' in calls
+    assert {'eta_forward', 'eta_backward_rebuilt'} & set(calls)
 
 
 def rel(a, b):
@@ -226,6 +228,133 @@ def test_module_through_triton():
     assert act.kappa_param.grad is not None
     assert torch.isfinite(act.lambda_param.grad).all()
     assert x.grad.shape == x.shape
+
+
+REBUILT_LAMBDA_MIN = 2.0**-4  # exact in float32 and float64
+
+
+def rebuilt_case(layout, scale, other, nk, nl, dtype, seed=0):
+    """Sources of ``z = src * scale + shift + other * other_scale`` (N, C,
+    H, W) = (3, 6, 7, 9), the op's parameters (two lambdas at or below the
+    clamp) and an output gradient."""
+    g = torch.Generator().manual_seed(seed)
+    n, c, h, w = 3, 6, 7, 9
+
+    def maps():
+        t = torch.randn(n, c, h, w, generator=g)
+        if layout == 'channels_last':
+            t = t.contiguous(memory_format=torch.channels_last)
+        return t.to(DEVICE)
+
+    def coef(rows=1):
+        return (torch.rand(rows, c, 1, 1, generator=g) + 0.5).to(DEVICE)
+
+    src, go = maps().to(dtype), maps().to(dtype)
+    scale = dict(none=None, channel=coef(), sample=coef(n))[scale]
+    shift = torch.randn(1, c, 1, 1, generator=g).to(DEVICE)
+    if other:
+        sources = (src, scale, shift, maps().to(dtype), coef())
+    else:
+        sources = (src, scale, shift, None, None)
+    kappa = (torch.rand(nk, generator=g) + 0.5).to(DEVICE)
+    lam = torch.rand(nl, generator=g) + 0.2
+    lam[:2] = torch.tensor([REBUILT_LAMBDA_MIN, REBUILT_LAMBDA_MIN / 2])[:nl]
+    return sources, kappa, lam.to(DEVICE), go
+
+
+def rebuilt_reference(name, sources, kappa, lam, go):
+    """float64 autograd through the rebuilt input and the op."""
+    z = rebuild_input(*(None if t is None else t.double()
+                        for t in sources)).requires_grad_()
+    kappa = kappa.detach().double().requires_grad_()
+    lam = lam.detach().double().requires_grad_()
+    OPS[name](z, kappa, lam, REBUILT_LAMBDA_MIN).backward(go.double())
+    return z.grad, kappa.grad, lam.grad
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('nk,nl', [(1, 1), (6, 6), (6, 1)])
+@pytest.mark.parametrize('layout', ['nchw', 'channels_last'])
+@pytest.mark.parametrize('scale,other', [('channel', False), ('sample', True),
+                                         ('none', True)])
+def test_rebuilt_backward(name, nk, nl, layout, scale, other,
+                          count_triton_calls):
+    """The backward kernel rebuilds its input from the sources (BN affine,
+    attention weights per sample, residual with a BN scale)."""
+    sources, kappa, lam, go = rebuilt_case(layout, scale, other, nk, nl,
+                                           torch.float32)
+    got = rebuilt_backward(name, go, kappa.requires_grad_(),
+                           lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1,
+                           *sources)
+    assert count_triton_calls == ['eta_backward_rebuilt']
+    want = rebuilt_reference(name, sources, kappa, lam, go)
+    for a, b, what in zip(got, want, ('grad_z', 'grad_kappa', 'grad_l')):
+        assert a.shape == b.shape and a.dtype == torch.float32, what
+        torch.testing.assert_close(
+            a.double(), b, rtol=1e-4, atol=1e-5, msg=what)
+    assert got[0].stride() == sources[0].stride()
+    # the clamp passes lambda's gradient only strictly above lambda_min
+    assert not got[2][:2].any()
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_rebuilt_backward_half_sources(dtype):
+    """Half-precision maps with float32 coefficients (autocast): computed in
+    float32, grad_z in the gradient's dtype."""
+    sources, kappa, lam, go = rebuilt_case('nchw', 'sample', True, 6, 6, dtype)
+    got = rebuilt_backward('aglu', go, kappa.requires_grad_(),
+                           lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1,
+                           *sources)
+    want = rebuilt_reference('aglu', sources, kappa, lam, go)
+    assert got[0].dtype == dtype
+    assert rel(got[0], want[0]) < TOL[dtype]
+    for a, b in zip(got[1:], want[1:]):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+
+
+def test_rebuilt_backward_falls_back_when_samples_are_not_outermost(
+        monkeypatch):
+    """A per-sample scale on a map stored channel-major: the kernel cannot
+    find the sample of a row, so the input is rebuilt with torch."""
+    results = []
+    real = triton_apa.eta_backward_rebuilt
+
+    def record(*args, **kwargs):
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(triton_apa, 'eta_backward_rebuilt', record)
+    sources, kappa, lam, go = rebuilt_case('nchw', 'sample', False, 6, 6,
+                                           torch.float32)
+    src = sources[0].transpose(0, 1).contiguous().transpose(0, 1)
+    got = rebuilt_backward('apa', go, kappa.requires_grad_(),
+                           lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1, src,
+                           *sources[1:])
+    assert results == [None]
+    want = rebuilt_reference('apa', (src, ) + sources[1:], kappa, lam, go)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+
+
+def test_memory_lean_resnet_rebuilds_in_the_kernel(count_triton_calls):
+    """ActResNet's memory-lean AGLUs run the rebuilding backward kernel and
+    give the plain path's gradients."""
+    torch.manual_seed(0)
+    kw = dict(act_cfg=dict(type='AGLU'), out_indices=(3, ))
+    plain = ActResNet(18, recompute_act=False, **kw).to(DEVICE).train()
+    fast = ActResNet(18, recompute_act=True, **kw).to(DEVICE).train()
+    fast.load_state_dict(plain.state_dict())
+    x = randn(2, 3, 32, 32, seed=7, scale=1.0)
+    plain(x)[0].square().mean().backward()
+    count_triton_calls.clear()
+    fast(x)[0].square().mean().backward()
+    # 8 blocks x 2 activations rebuilt; the stem keeps its input
+    assert count_triton_calls.count('eta_backward_rebuilt') == 16
+    assert count_triton_calls.count('eta_backward') == 1
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
+        # float32 sums in another order (through 17 layers; both paths are
+        # up to 7e-3 from float64 in the activation parameters)
+        assert rel(q.grad, p.grad) < 1e-3, name
 
 
 @pytest.mark.skipif(
