@@ -482,8 +482,10 @@ def rebuilt_backward(
     CPU kernel and, on the Triton path (CUDA), the Triton backward kernel
     compute ``z`` per element as they read the sources, so neither ``z``
     nor an autograd graph of the activation is built; in other cases
-    (float64, small CPU tensors, no compiler, other shapes) ``z`` is
-    rebuilt with torch and the operator's own backward runs on it.
+    (float64, small CPU tensors, no compiler, other shapes; on the Triton
+    path a per-sample ``scale`` on a map whose samples are not outermost in
+    memory, or with one channel) ``z`` is rebuilt with torch and the
+    operator's own backward runs on it.
 
     Args:
         name (str): ``'apa'`` or ``'aglu'``.

@@ -203,13 +203,13 @@ class _Sources(NamedTuple):
 
 def _launch_backward(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
                      lam: Tensor, plan: _Plan, needs: Sequence[bool],
-                     sources: _Sources):
-    """grad_x (the layout of ``x``, the dtype of ``grad_out``) and the
-    parameter gradients; ``grad_out`` (and ``sources.other``) already laid
-    out as ``x``."""
+                     sources: _Sources, dtype: torch.dtype):
+    """grad_x (the layout of ``x``, in ``dtype``) and the parameter
+    gradients; ``grad_out`` (and ``sources.other``) already laid out as
+    ``x``."""
     need_x, need_k, need_l = needs[:3]
     need_params = need_k or need_l
-    grad_x = torch.empty_like(x, dtype=grad_out.dtype) if need_x else None
+    grad_x = torch.empty_like(x, dtype=dtype) if need_x else None
     if x.numel() == 0:
         return (grad_x, torch.zeros_like(kappa) if need_k else None,
                 torch.zeros_like(lam) if need_l else None)
@@ -287,7 +287,7 @@ def eta_backward(
     if not _same_layout(grad_out, x):
         grad_out = torch.empty_like(x).copy_(grad_out)
     return _launch_backward(name, x, grad_out, kappa, lam, plan, needs,
-                            _Sources())
+                            _Sources(), x.dtype)
 
 
 def _coef(t: Optional[Tensor], src: Tensor) -> Optional[Tensor]:
@@ -335,8 +335,8 @@ def eta_backward_rebuilt(
         grad_out = torch.empty_like(src, dtype=grad_out.dtype).copy_(grad_out)
     if other is not None and not _same_layout(other, src):
         other = torch.empty_like(src, dtype=other.dtype).copy_(other)
+    rows_per_sample = src.stride(0) // plan.Q if per_sample and N > 1 else 1
     sources = _Sources(other, _coef(scale, src), _coef(shift, src),
-                       _coef(other_scale, src),
-                       max(src.numel() // max(N, 1) // plan.Q, 1))
+                       _coef(other_scale, src), rows_per_sample)
     return _launch_backward(name, src, grad_out, kappa, lam, plan, needs,
-                            sources)
+                            sources, grad_out.dtype)

@@ -136,7 +136,11 @@ def _input(x_ptr, other_ptr, scale_ptr, shift_ptr, oscale_ptr, offs, mask,
     if HAS_SCALE:
         if SCALE_PER_SAMPLE:
             at = (rows // rows_per_sample)[:, None] * C + ch
-            z = z * tl.load(scale_ptr + at, mask=mask, other=0.0)
+            if CHANNEL_AXIS == 0:  # one value per row
+                at_mask = ch_mask
+            else:
+                at_mask = mask
+            z = z * tl.load(scale_ptr + at, mask=at_mask, other=0.0)
         else:
             z = z * tl.load(scale_ptr + ch, mask=ch_mask, other=0.0)
     if HAS_SHIFT:

@@ -60,8 +60,24 @@ def _compile_for_hopper(fn, types: dict, constexprs: dict) -> None:
         ASTSource(fn, signature, values), target=GPUTarget('cuda', 90, 32))
 
 
+# which sources the backward rebuilds its input from (none: the plain one)
+REBUILD = {
+    'none': {},
+    'bn':
+    dict(HAS_SCALE=True, HAS_SHIFT=True),
+    'all':
+    dict(
+        HAS_SCALE=True,
+        SCALE_PER_SAMPLE=True,
+        HAS_SHIFT=True,
+        HAS_OTHER=True,
+        HAS_OTHER_SCALE=True)
+}
+
+
+@pytest.mark.parametrize('rebuild', list(REBUILD))
 @pytest.mark.parametrize('axis,per_channel', [(1, 1), (0, 0)])
-def test_apa_kernels_compile(axis, per_channel):
+def test_apa_kernels_compile(axis, per_channel, rebuild):
     """The interpreter does not type-check like the compiler does."""
     pytest.importorskip('triton')
     from mmact.ops import apa_triton_kernels as kernels
@@ -95,16 +111,14 @@ def test_apa_kernels_compile(axis, per_channel):
             iters='i32',
             part_stride='i32',
             rows_per_sample='i32'),
-        # the input rebuilt from all its sources (memory-lean backward)
         dict(
             common,
             NEED_X=True,
             NEED_PARAMS=True,
-            HAS_SCALE=True,
-            SCALE_PER_SAMPLE=True,
-            HAS_SHIFT=True,
-            HAS_OTHER=True,
-            HAS_OTHER_SCALE=True))
+            **dict(
+                dict.fromkeys(('HAS_SCALE', 'SCALE_PER_SAMPLE', 'HAS_SHIFT',
+                               'HAS_OTHER', 'HAS_OTHER_SCALE'), False),
+                **REBUILD[rebuild])))
     _compile_for_hopper(
         kernels.eta_param_grad_kernel,
         dict(

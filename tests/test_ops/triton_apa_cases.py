@@ -298,18 +298,55 @@ def test_rebuilt_backward(name, nk, nl, layout, scale, other,
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
-def test_rebuilt_backward_half_sources(dtype):
+def test_rebuilt_backward_half_sources(dtype, count_triton_calls):
     """Half-precision maps with float32 coefficients (autocast): computed in
     float32, grad_z in the gradient's dtype."""
     sources, kappa, lam, go = rebuilt_case('nchw', 'sample', True, 6, 6, dtype)
     got = rebuilt_backward('aglu', go, kappa.requires_grad_(),
                            lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1,
                            *sources)
+    assert count_triton_calls == ['eta_backward_rebuilt']
     want = rebuilt_reference('aglu', sources, kappa, lam, go)
     assert got[0].dtype == dtype
     assert rel(got[0], want[0]) < TOL[dtype]
     for a, b in zip(got[1:], want[1:]):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('layout', ['nchw', 'channels_last'])
+def test_rebuilt_backward_partial_sources_and_several_tiles(
+        monkeypatch, layout, count_triton_calls):
+    """A shift only, a residual without its scale; few programs, so each
+    walks several tiles."""
+    monkeypatch.setattr(triton_apa, '_BWD_PROGRAMS', 3)
+    triton_apa._bwd_grid.cache_clear()  # grids are cached per plan
+    full, kappa, lam, go = rebuilt_case(layout, 'channel', True, 6, 6,
+                                        torch.float32)
+    for sources in ((full[0], None, full[2], None, None), (full[0], None, None,
+                                                           full[3], None)):
+        got = rebuilt_backward('aglu', go, kappa.requires_grad_(),
+                               lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1,
+                               *sources)
+        want = rebuilt_reference('aglu', sources, kappa, lam, go)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+    assert count_triton_calls == ['eta_backward_rebuilt'] * 2
+    triton_apa._bwd_grid.cache_clear()
+
+
+@pytest.mark.parametrize('shape', [(0, 4, 5, 5), (2, 4, 0, 5), (0, 1, 4, 4),
+                                   (2, 1, 0, 4)])
+def test_rebuilt_backward_empty(shape):
+    src = torch.empty(shape, device=DEVICE)
+    kappa, lam = params(shape[1])
+    got = rebuilt_backward('aglu',
+                           torch.empty_like(src), kappa.requires_grad_(),
+                           lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1, src,
+                           torch.ones(shape[0], shape[1], 1, 1,
+                                      device=DEVICE), None,
+                           torch.empty_like(src))
+    assert got[0].shape == shape
+    assert not got[1].any() and not got[2].any()
 
 
 def test_rebuilt_backward_falls_back_when_samples_are_not_outermost(
@@ -332,6 +369,18 @@ def test_rebuilt_backward_falls_back_when_samples_are_not_outermost(
                            *sources[1:])
     assert results == [None]
     want = rebuilt_reference('apa', (src, ) + sources[1:], kappa, lam, go)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+    # one channel: a row of the kernel's plan spans the samples
+    sources, kappa, lam, go = rebuilt_case('nchw', 'sample', False, 1, 1,
+                                           torch.float32)
+    sources = tuple(t[:, :1] for t in sources[:3]) + sources[3:]
+    go = go[:, :1].contiguous()
+    got = rebuilt_backward('aglu', go, kappa.requires_grad_(),
+                           lam.requires_grad_(), REBUILT_LAMBDA_MIN, 1,
+                           *sources)
+    assert results == [None, None]
+    want = rebuilt_reference('aglu', sources, kappa, lam, go)
     for a, b in zip(got, want):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
 

@@ -21,8 +21,8 @@ shortcut conv's output ``d``, saved by its BN). Every case has the form
 (:func:`mmact.ops.apa.rebuild_input`). For APA and AGLU the operator's
 backward takes that form (:func:`mmact.ops.apa.rebuilt_backward`): the fused
 CPU and Triton kernels compute ``z`` per element inside their backward pass,
-so neither ``z`` nor a second autograd graph is built. Other activations get ``z``
-rebuilt with torch and their graph recorded once more in backward. Both
+so neither ``z`` nor a second autograd graph is built. Other activations get
+``z`` rebuilt with torch and their graph recorded once more in backward. Both
 trade time for memory; rebuilt inputs match the forward ones to float
 rounding.
 
@@ -72,8 +72,8 @@ class RecomputeAct(torch.autograd.Function):
     ``z == rebuild_input(src, scale, shift, other, other_scale)``. For APA
     and AGLU the operator's backward takes the sources and rebuilds ``z``
     itself (per element inside the fused CPU or Triton kernel); other
-    activations get
-    ``z`` rebuilt with torch and their graph recorded once more.
+    activations get ``z`` rebuilt with torch and their graph recorded once
+    more.
     """
 
     @staticmethod
