@@ -429,18 +429,34 @@ def _kernel_rebuildable(grad_out: Tensor, src: Tensor, scale: Optional[Tensor],
     return all(_rows_or_channels(t, src, rows) for t, rows in coefs)
 
 
-def _rebuilt_cpu_kernel(grad_out: Tensor, src: Tensor,
-                        other: Optional[Tensor]) -> Optional[CpuKernel]:
-    """The CPU kernel when it applies: float32 tensors of one dtype."""
+def _fused_rebuilt_grads(name: str, grad_out: Tensor, k: Tensor, lam: Tensor,
+                         channel_dim: int, needs: Sequence[bool], src: Tensor,
+                         scale: Optional[Tensor], shift: Optional[Tensor],
+                         other: Optional[Tensor],
+                         other_scale: Optional[Tensor]):
+    """``(grad_z, grad_k, grad_l)`` from a fused kernel that rebuilds the
+    input itself (Triton on the Triton path, C for float32 CPU tensors of
+    one dtype), or None where none applies."""
+    if not _kernel_rebuildable(grad_out, src, scale, shift, other, other_scale,
+                               k.numel() > 1, channel_dim):
+        return None
+    if use_triton(grad_out) and all(
+            t is None or use_triton(t) for t in (src, other)):
+        from .apa_triton import eta_backward_rebuilt  # imports triton
+        return eta_backward_rebuilt(name, grad_out, k, lam, src, scale, shift,
+                                    other, other_scale, needs)
     if any(t is not None and t.dtype != src.dtype for t in (grad_out, other)):
         return None
-    return _fused_kernel(src)
-
-
-def _rebuilt_on_triton(grad_out: Tensor, src: Tensor,
-                       other: Optional[Tensor]) -> bool:
-    return use_triton(grad_out) and all(
-        t is None or use_triton(t) for t in (src, other))
+    kernel = _fused_kernel(src)
+    if kernel is None:
+        return None
+    C = src.shape[1]
+    ones = src.new_ones(C)
+    grad_z, grad_k, grad_l = kernel.backward_rebuilt(
+        name, grad_out, k, lam, src, ones if scale is None else scale,
+        src.new_zeros(C) if shift is None else shift, other,
+        ones if other_scale is None else other_scale)
+    return (grad_z, grad_k if needs[1] else None, grad_l if needs[2] else None)
 
 
 def _chain_to_params(grad_k: Optional[Tensor], grad_l: Optional[Tensor],
@@ -506,30 +522,12 @@ def rebuilt_backward(
     need_k, need_l = kappa.requires_grad, lambda_.requires_grad
     k, lam = _kernel_params(kappa.detach(), lambda_.detach(), lambda_min)
     needs = (True, need_k, need_l)
-    grads = kernel = None
-    if _kernel_rebuildable(grad_out, src, scale, shift, other, other_scale,
-                           k.numel() > 1, channel_dim):
-        if _rebuilt_on_triton(grad_out, src, other):
-            from .apa_triton import eta_backward_rebuilt  # imports triton
-            grads = eta_backward_rebuilt(name, grad_out, k, lam, src, scale,
-                                         shift, other, other_scale, needs)
-        else:
-            kernel = _rebuilt_cpu_kernel(grad_out, src, other)
-    if grads is not None:
-        grad_z, grad_k, grad_l = grads
-    elif kernel is None:
+    grads = _fused_rebuilt_grads(name, grad_out, k, lam, channel_dim, needs,
+                                 src, scale, shift, other, other_scale)
+    if grads is None:
         z = rebuild_input(src, scale, shift, other, other_scale)
-        grad_z, grad_k, grad_l = _eta_grads(name, z, grad_out, k, lam,
-                                            channel_dim, needs)
-    else:
-        C = src.shape[1]
-        ones = src.new_ones(C)
-        grad_z, grad_k, grad_l = kernel.backward_rebuilt(
-            name, grad_out, k, lam, src, ones if scale is None else scale,
-            src.new_zeros(C) if shift is None else shift, other,
-            ones if other_scale is None else other_scale)
-        grad_k = grad_k if need_k else None
-        grad_l = grad_l if need_l else None
+        grads = _eta_grads(name, z, grad_out, k, lam, channel_dim, needs)
+    grad_z, grad_k, grad_l = grads
     return (grad_z,
             *_chain_to_params(grad_k, grad_l, kappa, lambda_, lambda_min))
 
