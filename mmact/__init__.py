@@ -4,6 +4,9 @@
 mmact's components; the ones built on mmdet / mmpretrain models load when
 those registries are first used (see :mod:`mmact.registry`).
 """
+# First, so that a torch below the supported range is refused before
+# anything fails obscurely on it.
+from . import versions  # isort: skip  # noqa: F401
 from . import datasets, engine, evaluation, models  # noqa: F401 (registers)
 from .registry import UPSTREAM_MODEL_MODULES, import_on_first_lookup
 from .utils.compat import allow_mmengine_checkpoint_globals, patch_lvis_numpy

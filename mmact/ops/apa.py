@@ -41,8 +41,9 @@ Execution paths:
   compiler, ``MMACT_TRITON=0``): torch ops with in-place temporaries;
   under ``torch.compile`` inductor fuses them;
 - ``torch.onnx.export``: a composite of standard ops (Softplus, Exp, Log,
-  Mul). Use the TorchScript exporter (``dynamo=False``); the dynamo exporter,
-  the default in torch 2.14, additionally needs the ``onnxscript`` package.
+  Mul). Use the TorchScript exporter (the keyword that selects it on each
+  torch: :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`); the dynamo
+  exporter, the default from torch 2.9, additionally needs ``onnxscript``.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -50,12 +51,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..versions import is_tracing
 from .apa_cpu_kernel import CpuKernel, get_kernel
 from .dispatch import use_triton
 
 __all__ = [
-    'apa', 'aglu', 'apa_reference', 'aglu_reference', 'rebuild_input',
-    'rebuilt_backward'
+    'apa', 'aglu', 'apa_reference', 'aglu_reference', 'clamp_lambda',
+    'rebuild_input', 'rebuilt_backward'
 ]
 
 ParamLike = Union[Tensor, float]
@@ -152,8 +154,8 @@ _MIN_KERNEL_NUMEL = 4096
 
 def _fused_kernel(z: Tensor) -> Optional[CpuKernel]:
     """The fused CPU kernel when it applies to ``z`` (eager float32 CPU)."""
-    if (z.numel() < _MIN_KERNEL_NUMEL or not CpuKernel.usable(z)
-            or torch.compiler.is_compiling() or torch.jit.is_tracing()):
+    if (z.numel() < _MIN_KERNEL_NUMEL or is_tracing()
+            or not CpuKernel.usable(z)):
         return None
     return get_kernel()
 
@@ -271,11 +273,22 @@ def _composite_eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
     return torch.exp(-F.softplus(torch.log(l) - k * z) / l)
 
 
+def clamp_lambda(lambda_: Tensor, lambda_min: float) -> Tensor:
+    """``max(lambda_, lambda_min)`` with the gradient passed where
+    ``lambda_ > lambda_min`` only, on every torch.
+
+    ``Tensor.clamp`` passes the gradient at ``lambda_ == lambda_min`` on
+    torch 2.1 and stops it on newer torch; this strict boundary is the one
+    the fused backwards and :func:`rebuilt_backward` use.
+    """
+    return torch.where(lambda_ > lambda_min, lambda_, lambda_min)
+
+
 def _kernel_params(kappa: Tensor, lambda_: Tensor,
                    lambda_min: float) -> Tuple[Tensor, Tensor]:
     """``kappa`` and ``lambda_`` clamped to ``lambda_min``, both shared or
     both per channel (the form the kernels take)."""
-    lam = lambda_.clamp(min=lambda_min)
+    lam = clamp_lambda(lambda_, lambda_min)
     # A shared parameter beside a per-channel one is expanded (autograd, or
     # _chain_to_params, sums its gradient).
     if kappa.numel() == 1 and lam.numel() > 1:

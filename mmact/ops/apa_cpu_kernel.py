@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ..versions import is_tracing
 from .cpu_build import (KernelLibrary, build_library, get_library,
                         load_library, split_ranges)
 
@@ -332,7 +333,7 @@ class CpuKernel:
     def usable(z: Tensor) -> bool:
         """Whether the kernel can evaluate ``z`` (plain float32 CPU data,
         eager mode)."""
-        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        if is_tracing():
             return False  # checked first: tracers reject ``z.layout``
         return (type(z) in (torch.Tensor, torch.nn.Parameter)
                 and z.device.type == 'cpu' and z.dtype == torch.float32

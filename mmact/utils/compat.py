@@ -1,4 +1,5 @@
-"""Checks and shims that keep the OpenMMLab stack working on current torch/numpy."""
+"""Checks and shims that keep the OpenMMLab stack working on every supported
+torch and numpy (which versions those are: :mod:`mmact.versions`)."""
 import importlib
 import importlib.util
 import pickle
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from mmact.versions import WEIGHTS_ONLY_BY_DEFAULT, allow_in_weights_only_load
 
 __all__ = [
     'check_mmcv', 'patch_lvis_numpy', 'allow_mmengine_checkpoint_globals'
@@ -116,15 +119,14 @@ def allow_mmengine_checkpoint_globals() -> None:
     Runner saves holds its message hub: ``HistoryBuffer`` objects (numpy
     arrays inside, statistics functions pickled through ``getattr``) and
     numpy scalars. This adds exactly those classes (numpy: arrays, scalars
-    and the numeric dtypes) and functions to torch's
-    allow-list (``torch.serialization.add_safe_globals``); anything else in
+    and the numeric dtypes) and functions to torch's allow-list
+    (:func:`mmact.versions.allow_in_weights_only_load`); anything else in
     a checkpoint is still refused, and ``getattr`` is resolved to
     :func:`_history_buffer_statistic`, not to the builtin. Names from
     numpy 1 (``numpy.core``) are mapped too, so older checkpoints load.
     """
     from mmengine.logging import HistoryBuffer
-    from mmengine.utils import digit_version
-    if digit_version(torch.__version__) < digit_version('2.6.0'):
+    if not WEIGHTS_ONLY_BY_DEFAULT:
         return  # older torch unpickles fully by default
     multiarray = importlib.import_module('numpy._core.multiarray' if hasattr(
         np, '_core') else 'numpy.core.multiarray')
@@ -134,7 +136,7 @@ def allow_mmengine_checkpoint_globals() -> None:
         type(np.dtype(code))
         for code in '?' + np.typecodes['AllInteger'] + np.typecodes['AllFloat']
     }
-    torch.serialization.add_safe_globals([
+    allow_in_weights_only_load([
         HistoryBuffer,
         np.ndarray,
         np.dtype,

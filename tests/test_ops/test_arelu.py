@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mmact.ops import arelu
+from mmact.versions import TORCHSCRIPT_ONNX_EXPORT
 
 
 def test_values_against_formula():
@@ -92,7 +93,10 @@ def test_compile_and_onnx(tmp_path):
 
     path = str(tmp_path / 'arelu.onnx')
     torch.onnx.export(
-        Net(), (x.detach(), ), path, dynamo=False, input_names=['x'])
+        Net(), (x.detach(), ),
+        path,
+        input_names=['x'],
+        **TORCHSCRIPT_ONNX_EXPORT)
     sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     out = sess.run(None, {'x': x.detach().numpy()})[0]
     torch.testing.assert_close(

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mmact.ops import iglu, iglu_approx
+from mmact.versions import TORCHSCRIPT_ONNX_EXPORT
 
 
 def test_iglu_formula_and_limits():
@@ -88,7 +89,10 @@ def test_compile_and_onnx(fn, tmp_path):
 
     path = str(tmp_path / 'iglu.onnx')
     torch.onnx.export(
-        Net(), (x.detach() * 10, ), path, dynamo=False, input_names=['x'])
+        Net(), (x.detach() * 10, ),
+        path,
+        input_names=['x'],
+        **TORCHSCRIPT_ONNX_EXPORT)
     sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
     out = sess.run(None, {'x': (x.detach() * 10).numpy()})[0]
     torch.testing.assert_close(

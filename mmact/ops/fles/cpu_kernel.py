@@ -26,6 +26,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ...versions import is_tracing
 from ..cpu_build import (KernelLibrary, build_library, get_library,
                          load_library, split_ranges)
 from .geometry import WindowGeometry
@@ -307,7 +308,7 @@ class FleSCpuKernel:
     @staticmethod
     def usable(x: Tensor, geom: WindowGeometry) -> bool:
         """Whether the kernel evaluates FleS passes on ``x`` with ``geom``."""
-        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        if is_tracing():
             return False
         return (type(x) in (torch.Tensor, torch.nn.Parameter)
                 and x.device.type == 'cpu' and x.dtype == torch.float32

@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
+from ...versions import is_tracing
 from ..dispatch import use_triton
 from .cpu_kernel import FleSCpuKernel, get_fles_kernel
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
@@ -239,7 +240,7 @@ def _small_op_threads(ind: Tensor) -> Iterator[None]:
     """
     threads = torch.get_num_threads()
     if (threads == 1 or ind.device.type != 'cpu' or ind.numel() > SMALL_GRID
-            or torch.compiler.is_compiling()):
+            or is_tracing()):
         yield
         return
     torch.set_num_threads(1)

@@ -39,7 +39,7 @@ def _gate(u, GATE: tl.constexpr):
         r = tl.where(u >= 0, s, e * s)
         d = r * (1.0 - r)
     elif GATE == 1:
-        r = 0.5 * (1.0 + tl.erf(u * _INV_SQRT2))
+        r = 0.5 * (1.0 + tl.math.erf(u * _INV_SQRT2))
         d = tl.exp(-0.5 * u * u) * _INV_SQRT2PI
     else:
         # tanh(softplus(u)) and sigmoid(u) from e = exp(-|u|) (no overflow)

@@ -1,0 +1,150 @@
+"""The torch and Triton versions mmact supports, and what differs between them.
+
+This is the one module that asks which torch or Triton is installed; the rest
+of mmact (and its tests) uses the names below. ``tests/test_versions.py``
+fails when code elsewhere calls one of the version-dependent APIs listed in
+:data:`VERSIONED_APIS` directly.
+
+CI tests two stacks (README, "Supported versions"): torch 2.1.2 with Triton
+2.1 and numpy 1, and torch 2.14.1 with Triton 3.x and numpy 2.
+"""
+import functools
+import importlib.util
+import re
+from typing import Dict, Tuple
+
+import torch
+
+__all__ = [
+    'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
+    'VERSIONED_APIS', 'check_torch', 'is_tracing', 'triton_version',
+    'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
+    'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
+    'TORCHSCRIPT_ONNX_EXPORT'
+]
+
+#: Oldest torch mmact runs on; ``import mmact`` refuses anything older.
+TORCH_MIN = (2, 1)
+#: The torch releases CI runs the whole suite on.
+TORCH_TESTED = ('2.1.2', '2.14.1')
+#: Oldest Triton whose kernels mmact launches (the one torch 2.1 ships).
+TRITON_MIN = (2, 1)
+
+#: Version-dependent APIs, as written in code -> the releases that have them.
+#: Only this module may use them; the names below stand in for them.
+VERSIONED_APIS: Dict[str, str] = {
+    'compiler.is_compiling': 'torch >= 2.3 (use is_tracing)',
+    'library.custom_op': 'torch >= 2.4',
+    'add_safe_globals': 'torch >= 2.4 (use allow_in_weights_only_load)',
+    'dynamo=': 'torch.onnx.export on torch >= 2.5 (use '
+    'TORCHSCRIPT_ONNX_EXPORT)',
+    'tl.erf(': 'Triton >= 3.0 (tl.math.erf is in Triton 2.1 and 3.x)',
+}
+
+
+def parse_version(version: str) -> Tuple[int, ...]:
+    """``'2.1.2+cu121'`` -> ``(2, 1, 2)``; ``'2.6.0a0'`` -> ``(2, 6, 0)``."""
+    parts = []
+    for part in version.split('+')[0].split('.')[:3]:
+        digits = re.match(r'\d+', part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+TORCH_VERSION = parse_version(torch.__version__)
+
+
+def check_torch(version: str = torch.__version__) -> None:
+    """Refuse a torch older than :data:`TORCH_MIN`.
+
+    Args:
+        version (str): The torch version to check. Defaults to the
+            installed one.
+
+    Raises:
+        ImportError: ``version`` is below the supported range.
+    """
+    if parse_version(version)[:2] < TORCH_MIN:
+        floor = '.'.join(map(str, TORCH_MIN))
+        raise ImportError(
+            f'mmact needs torch>={floor}; torch {version} is installed. '
+            f'CI tests torch {" and ".join(TORCH_TESTED)} (README, '
+            f'"Supported versions"): pip install "torch>={floor}"')
+
+
+check_torch()
+
+# torch.compiler.is_compiling is new in 2.3. Before it dynamo folds
+# torch._utils.is_compiling to True while tracing (torch/_dynamo/config.py,
+# constant_functions), which needs no dynamo import.
+_is_compiling = getattr(torch.compiler, 'is_compiling', None)
+if _is_compiling is None:
+    from torch._utils import is_compiling as _is_compiling
+
+
+def is_tracing() -> bool:
+    """Whether ``torch.compile`` (dynamo) or ``torch.jit`` is tracing the
+    caller, on every supported torch.
+
+    Tracers see the torch ops, never the hand-written kernels: ask this
+    before looking at a tensor's layout or the environment, which dynamo
+    either rejects or turns into graph breaks.
+    """
+    return _is_compiling() or torch.jit.is_tracing()
+
+
+#: CPU autocast to float16 (torch 2.1 autocasts the CPU to bfloat16 only).
+CPU_AUTOCAST_FLOAT16 = TORCH_VERSION >= (2, 2)
+#: ``torch.load`` reads weights only unless told otherwise (torch >= 2.6).
+WEIGHTS_ONLY_BY_DEFAULT = TORCH_VERSION >= (2, 6)
+
+
+def allow_in_weights_only_load(entries: list) -> None:
+    """Add classes and functions to what ``torch.load(weights_only=True)``
+    may unpickle (``torch.serialization.add_safe_globals``).
+
+    Called only where :data:`WEIGHTS_ONLY_BY_DEFAULT` holds (torch >= 2.6,
+    which also takes the ``(object, name)`` entries used for renamed
+    modules); older torch unpickles fully by default.
+
+    Args:
+        entries (list): Objects, or ``(object, 'module.name')`` pairs.
+    """
+    torch.serialization.add_safe_globals(entries)
+
+
+#: Keyword arguments that make ``torch.onnx.export`` use the TorchScript
+#: exporter: torch 2.5 added ``dynamo=`` and 2.9 made the dynamo exporter
+#: (which also needs onnxscript) the default; older torch has only the
+#: TorchScript one.
+TORCHSCRIPT_ONNX_EXPORT = ({
+    'dynamo': False
+} if TORCH_VERSION >= (2, 5) else {})
+
+
+@functools.lru_cache(maxsize=None)
+def triton_version() -> Tuple[int, ...]:
+    """The installed Triton's version, ``()`` when none is installed.
+
+    Reads the package metadata: importing triton takes seconds and is left
+    to the kernels.
+    """
+    if importlib.util.find_spec('triton') is None:
+        return ()
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return parse_version(version('triton'))
+    except PackageNotFoundError:  # a source checkout without metadata
+        import triton
+        return parse_version(triton.__version__)
+
+
+def triton_interpreter_available() -> bool:
+    """Whether ``TRITON_INTERPRET=1`` runs mmact's kernels on CPU tensors.
+
+    Triton's interpreter for plain ``@triton.jit`` kernels on torch tensors
+    arrived in Triton 3.0; Triton 2.1's older one needs other kernels.
+    """
+    return triton_version() >= (3, 0)

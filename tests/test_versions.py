@@ -1,0 +1,193 @@
+"""mmact.versions: the supported range, and the one place that asks."""
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmact import versions
+from mmact.ops import dispatch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize('text,want', [('2.1.2+cu121', (2, 1, 2)),
+                                       ('2.14.1', (2, 14, 1)),
+                                       ('2.6.0a0+git1234', (2, 6, 0)),
+                                       ('3.0.0', (3, 0, 0)), ('2.1', (2, 1))])
+def test_parse_version(text, want):
+    assert versions.parse_version(text) == want
+
+
+@pytest.mark.parametrize('version', ['2.1.0', '2.1.2+cu118', '2.14.1'])
+def test_supported_torch_passes(version):
+    versions.check_torch(version)
+
+
+@pytest.mark.parametrize('version', ['2.0.1', '1.13.1+cu117'])
+def test_old_torch_is_refused_naming_both_versions(version):
+    with pytest.raises(ImportError) as info:
+        versions.check_torch(version)
+    message = str(info.value)
+    assert f'torch {version} is installed' in message
+    assert 'torch>=2.1' in message and '2.1.2 and 2.14.1' in message
+
+
+def test_import_mmact_refuses_an_old_torch():
+    """The floor holds for ``import mmact`` itself, before any registry."""
+    code = ('import torch; torch.__version__ = "2.0.1"\n'
+            'try:\n    import mmact\n'
+            'except ImportError as e:\n    print("refused:", e)\n')
+    out = subprocess.run([sys.executable, '-c', code],
+                         cwd=REPO,
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert 'refused: mmact needs torch>=2.1; torch 2.0.1 is installed' in (
+        out.stdout)
+
+
+def test_installed_torch_is_in_the_tested_range():
+    assert versions.TORCH_VERSION[:2] >= versions.TORCH_MIN
+    assert versions.TORCH_VERSION <= versions.parse_version(
+        versions.TORCH_TESTED[-1])
+
+
+@pytest.mark.parametrize('backend', ['eager', 'aot_eager'])
+def test_is_tracing_under_torch_compile(backend):
+    """True while dynamo traces (also with fullgraph: no graph break on
+    torch 2.1, where torch.compiler.is_compiling does not exist)."""
+
+    def f(x):
+        return x + 1 if versions.is_tracing() else x - 1
+
+    x = torch.zeros(3)
+    assert not versions.is_tracing()
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    assert torch.equal(compiled(x), x + 1)
+    assert torch.equal(f(x), x - 1)
+
+
+def test_is_tracing_under_jit_trace():
+    seen = []
+
+    def f(x):
+        seen.append(versions.is_tracing())
+        return x * 2
+
+    torch.jit.trace(f, torch.ones(2), check_trace=False)
+    assert seen == [True]
+
+
+def _versioned_api_uses(paths):
+    """``path:line: api (where)`` for every listed API written in ``paths``."""
+    found = []
+    for path in paths:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for api, where in versions.VERSIONED_APIS.items():
+                if api in line:
+                    found.append(f'{path}:{number}: {api} ({where})')
+    return found
+
+
+def test_versioned_apis_are_used_only_through_mmact_versions():
+    """A version-dependent API (see ``VERSIONED_APIS``) written anywhere but
+    in mmact/versions.py breaks one of the supported stacks."""
+    allowed = {REPO / 'mmact' / 'versions.py', Path(__file__).resolve()}
+    sources = [
+        path for folder in ('mmact', 'tools', 'tests', 'configs', 'projects')
+        for path in (REPO / folder).rglob('*.py') if path not in allowed
+    ]
+    assert len(sources) > 100
+    assert not _versioned_api_uses(sources)
+
+
+def test_the_api_check_finds_a_direct_use(tmp_path):
+    bad = tmp_path / 'bad.py'
+    bad.write_text('import torch\n\n'
+                   'if torch.compiler.is_compiling():\n'
+                   '    torch.onnx.export(m, x, f, dynamo=False)\n')
+    found = _versioned_api_uses([bad])
+    assert [f.split(': ', 1)[1].split(' (')[0]
+            for f in found] == ['compiler.is_compiling', 'dynamo=']
+
+
+def test_interpreter_error_names_the_triton_it_needs(monkeypatch):
+    monkeypatch.setattr(dispatch, 'triton_version', lambda: (2, 1, 0))
+    monkeypatch.setattr(dispatch, 'triton_interpreter_available',
+                        lambda: False)
+    monkeypatch.setenv('MMACT_TRITON', '1')
+    monkeypatch.setenv('TRITON_INTERPRET', '1')
+    with pytest.raises(
+            RuntimeError, match=r'Triton >= 3\.0; Triton 2\.1\.0 '
+            'is installed'):
+        dispatch.use_triton(torch.randn(4))
+
+
+@pytest.mark.skipif(
+    versions.triton_interpreter_available() or not versions.triton_version(),
+    reason='the installed Triton has the interpreter (Triton >= 3.0) or no '
+    'Triton is installed')
+def test_this_triton_has_no_interpreter(monkeypatch):
+    """On the torch 2.1 stack (Triton 2.1) the real refusal."""
+    monkeypatch.setenv('MMACT_TRITON', '1')
+    monkeypatch.setenv('TRITON_INTERPRET', '1')
+    with pytest.raises(RuntimeError, match=r'Triton >= 3\.0; Triton 2\.'):
+        dispatch.use_triton(torch.randn(4))
+
+
+def test_triton_below_the_floor_warns_once_and_takes_the_torch_path(
+        monkeypatch):
+    monkeypatch.setattr(dispatch, 'triton_version', lambda: (2, 0, 0))
+    dispatch._triton_launchable.cache_clear()
+    try:
+        with pytest.warns(
+                UserWarning,
+                match=r'Triton 2\.0\.0 is older than '
+                r'the 2\.1 its kernels need'):
+            assert not dispatch._triton_launchable()
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            assert not dispatch._triton_launchable()  # no second warning
+    finally:
+        dispatch._triton_launchable.cache_clear()
+
+
+def test_weights_only_flags_match_this_torch():
+    # torch 2.6 flipped torch.load's default to weights_only=True
+    assert versions.WEIGHTS_ONLY_BY_DEFAULT == (
+        versions.TORCH_VERSION >= (2, 6))
+    assert (versions.TORCHSCRIPT_ONNX_EXPORT == {}) == (
+        versions.TORCH_VERSION < (2, 5))
+
+
+def test_cpu_autocast_float16_flag_matches_this_torch():
+    """The flag says what torch.autocast does on this torch (torch 2.1
+    refuses float16 on the CPU)."""
+    x = torch.ones(2, 2)
+    if not versions.CPU_AUTOCAST_FLOAT16:
+        with pytest.raises(RuntimeError, match='only support Bfloat16'):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                with torch.autocast('cpu', dtype=torch.float16):
+                    pass
+        return
+    with torch.autocast('cpu', dtype=torch.float16):
+        assert torch.nn.functional.linear(x, x).dtype == torch.float16
+
+
+def test_environment_is_not_read_while_tracing(monkeypatch):
+    """torch 2.1's dynamo cannot trace os.environ: the dispatch asks
+    is_tracing first (a bad MMACT_TRITON is not even seen while tracing)."""
+    monkeypatch.setitem(os.environ, 'MMACT_TRITON', 'bad')
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda x: x * 2 if not dispatch.use_triton(x) else x,
+        backend='eager',
+        fullgraph=True)
+    assert torch.equal(compiled(torch.ones(2)), torch.full((2, ), 2.0))
