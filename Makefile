@@ -12,7 +12,7 @@ SE_TOY := configs/toy/se-relu_mrcnn_r50_toy.py
 APA_DIR := $(DEMO_DIR)/apa_mrcnn_r50_toy
 SE_DIR := $(DEMO_DIR)/se-relu_mrcnn_r50_toy
 
-.PHONY: env demo demo-stock test data
+.PHONY: env env-torch2.1 demo demo-stock test test-torch2.1 data
 
 env:
 	bash tools/setup_env.sh
@@ -49,3 +49,11 @@ demo-stock: env
 
 test: env
 	$(PYTHON) -m pytest tests
+
+# The users' stack (README, "Supported versions"): torch 2.1.2, Triton 2.1,
+# numpy < 2, in .venv-torch2.1/. CI runs it after `make test`.
+env-torch2.1:
+	MMACT_STACK=torch2.1 bash tools/setup_env.sh
+
+test-torch2.1: env-torch2.1
+	.venv-torch2.1/bin/python -m pytest tests $(TORCH21_PYTEST_ARGS)

@@ -1,5 +1,10 @@
 import importlib
+import os
 import pickle
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,3 +138,41 @@ def test_weights_only_still_refuses_other_objects(tmp_path, obj, message):
     torch.save({'state_dict': {'w': torch.ones(1)}, 'extra': obj}, path)
     with pytest.raises(pickle.UnpicklingError, match=message):
         torch.load(path, weights_only=True)
+
+
+def _other_stacks_mmcv_wheel():
+    """The shared mmcv wheel built against a torch other than this one."""
+    wheels = Path(
+        os.environ.get(
+            'MMACT_WHEELS',
+            Path(__file__).resolve().parents[3] / 'shared' / 'wheels'))
+    this = f'torch-{torch.__version__.split("+")[0]}-'
+    found = sorted(
+        p for p in wheels.glob('torch-*/mmcv-2.1.0-*.whl')
+        if not p.parent.name.startswith(this))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(
+    _other_stacks_mmcv_wheel() is None,
+    reason='no mmcv wheel built for another torch in ../shared/wheels')
+def test_check_mmcv_on_ops_really_built_for_another_torch(tmp_path):
+    """The other stack's mmcv wheel, unpacked beside this torch: its ops
+    fail to load with an undefined symbol, and check_mmcv says how to
+    rebuild (on both CI stacks, each with the other's wheel)."""
+    with zipfile.ZipFile(_other_stacks_mmcv_wheel()) as wheel:
+        wheel.extractall(
+            tmp_path, [n for n in wheel.namelist() if n.startswith('mmcv/')])
+    code = ('from mmact.utils.compat import check_mmcv\n'
+            'try:\n    check_mmcv()\n'
+            'except ImportError as e:\n    print("refused:", e)\n')
+    out = subprocess.run([sys.executable, '-c', code],
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert 'refused: mmcv 2.1.0 has compiled ops that do not load against ' \
+        f'the installed torch {torch.__version__}' in out.stdout, out.stdout
+    assert 'built against another torch' in out.stdout
+    assert 'MMCV_WITH_OPS=1 pip install' in out.stdout

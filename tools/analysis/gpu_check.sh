@@ -8,7 +8,12 @@
 #      torch.cuda.max_memory_allocated ratios (batch 64 and 256);
 #   4. a toy LVIS APA* Mask R-CNN trained with tools/dist_train.sh and tested
 #      with tools/dist_test.sh on 1 GPU with --amp; needs mmdet and mmcv
-#      built with CUDA ops, skipped with a message otherwise.
+#      built with CUDA ops: on a bare machine it installs the wheels in .whl/
+#      (tools/analysis/gpu_wheels.sh downloads them where an index is
+#      reachable) and builds mmcv's CUDA ops for the local GPU
+#      (tools/analysis/build_mmcv_cuda.sh: about 10 minutes on 16 cores, or
+#      waits for a build started earlier with --background); skipped with a
+#      message when that fails.
 # Usage: bash tools/analysis/gpu_check.sh [LOG]   (default
 #        work_dirs/gpu_check/gpu_check.log); PYTHON picks the interpreter.
 # Exit status: 0 when every part that ran passed, 1 otherwise.
@@ -44,6 +49,18 @@ section "operator and SE-ResNet-50 benchmarks"
   --batch 64 --json "$WORK/benchmark_b64.json" || fail "benchmarks"
 "$PYTHON" tools/analysis/benchmark_cuda.py --parts backbone --batch 256 \
   --no-torch-path --json "$WORK/benchmark_b256.json" || fail "batch 256"
+
+section "mmdet and mmcv with CUDA ops"
+if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q --no-index --no-deps .whl/*.whl || fail "wheels in .whl/"
+fi
+MMCV_WORK=work_dirs/mmcv_cuda
+while [[ "$(cat "$MMCV_WORK/status" 2>/dev/null)" == running ]] \
+  && kill -0 "$(cat "$MMCV_WORK/pid" 2>/dev/null)" 2>/dev/null; do
+  echo "waiting for the mmcv build started earlier ($MMCV_WORK/build.log)"; sleep 30
+done
+bash tools/analysis/build_mmcv_cuda.sh "$MMCV_WORK" \
+  || echo "mmcv with CUDA ops could not be built: see above"
 
 section "toy LVIS APA* Mask R-CNN, tools/dist_train.sh / dist_test.sh, 1 GPU, --amp"
 CONFIG=${MRCNN_CONFIG:-configs/toy/apa_mrcnn_r50_toy.py}
