@@ -94,3 +94,22 @@ def test_frozen_parameters_and_bad_name():
         atol=1e-12)
     with pytest.raises(ValueError, match="'apa' or 'aglu'"):
         rebuilt_backward('relu', go, kappa, lam, LAMBDA_MIN, 1, sources[0])
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_lambda_at_its_floor_gets_no_gradient_on_either_path(name):
+    """At ``lambda == lambda_min`` the clamp is active: the plain backward
+    (autograd through ``clamp_lambda``) and the rebuilt one both give 0
+    there, on every torch (``Tensor.clamp`` gives 1 on torch 2.1, 0 on
+    newer torch), and the gradient just above the floor."""
+    sources, kappa, _, go = _case(torch.float64, 3, 3)
+    sources = tuple(t[:, :3].contiguous() for t in sources)
+    lam = torch.tensor([LAMBDA_MIN, LAMBDA_MIN * (1 + 1e-9), 0.5],
+                       dtype=torch.float64,
+                       requires_grad=True)
+    go = go[:, :3].contiguous()
+    rebuilt = rebuilt_backward(name, go, kappa, lam, LAMBDA_MIN, 1,
+                               *sources)[2]
+    plain = _autograd(name, sources, kappa, lam, go)[2]
+    torch.testing.assert_close(rebuilt, plain, rtol=1e-10, atol=0)
+    assert plain[0] == 0 and (plain[1:] != 0).all()
