@@ -20,7 +20,7 @@ __all__ = [
     'VERSIONED_APIS', 'check_torch', 'is_tracing', 'triton_version',
     'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
     'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
-    'TORCHSCRIPT_ONNX_EXPORT'
+    'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
 ]
 
 #: Oldest torch mmact runs on; ``import mmact`` refuses anything older.
@@ -39,6 +39,9 @@ VERSIONED_APIS: Dict[str, str] = {
     'dynamo=': 'torch.onnx.export on torch >= 2.5 (use '
     'TORCHSCRIPT_ONNX_EXPORT)',
     'tl.erf(': 'Triton >= 3.0 (tl.math.erf is in Triton 2.1 and 3.x)',
+    'ctx.needs_input_grad': 'traced by torch.compile from torch 2.4 (use '
+    'needs_input_grad)',
+    'promote_types(': 'traced by torch.compile on newer torch, not on 2.1',
 }
 
 
@@ -93,6 +96,27 @@ def is_tracing() -> bool:
     either rejects or turns into graph breaks.
     """
     return _is_compiling() or torch.jit.is_tracing()
+
+
+# pytorch/pytorch#123700 (torch 2.4): dynamo reads ctx.needs_input_grad.
+_DYNAMO_READS_NEEDS_INPUT_GRAD = TORCH_VERSION >= (2, 4)
+
+
+def needs_input_grad(ctx, count: int) -> Tuple[bool, ...]:
+    """``ctx.needs_input_grad[:count]`` in an ``autograd.Function``'s
+    backward, on every supported torch.
+
+    Before torch 2.4 ``torch.compile`` cannot read it while tracing a
+    backward (the graph breaks, or ``fullgraph=True`` fails); every gradient
+    is then computed, and autograd drops those no input needs.
+
+    Args:
+        ctx: The backward's context.
+        count (int): How many leading inputs to report.
+    """
+    if _DYNAMO_READS_NEEDS_INPUT_GRAD or not is_tracing():
+        return tuple(ctx.needs_input_grad[:count])
+    return (True, ) * count
 
 
 #: CPU autocast to float16 (torch 2.1 autocasts the CPU to bfloat16 only).

@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..versions import is_tracing
+from ..versions import is_tracing, needs_input_grad
 from .apa_cpu_kernel import CpuKernel, get_kernel
 from .dispatch import use_triton
 
@@ -119,8 +119,10 @@ def _dot(u: Tensor, v: Tensor, dims: Optional[list]) -> Tensor:
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
-    # float16 / bfloat16 -> float32, float32 -> float32, float64 -> float64
-    return torch.promote_types(x.dtype, torch.float32)
+    """float16 / bfloat16 / float32 -> float32, float64 -> float64 (what
+    type promotion with float32 gives, written so that torch 2.1's
+    ``torch.compile`` traces it)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _param_views(x: Tensor, kappa: Tensor, lam: Tensor, channel_dim: int,
@@ -235,7 +237,7 @@ def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
 def _eta_backward(name: str, ctx, grad_out: Tensor):
     x, kappa, lam = ctx.saved_tensors
     return (*_eta_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
-                        ctx.needs_input_grad), None)
+                        needs_input_grad(ctx, 3)), None)
 
 
 class _APAFunction(torch.autograd.Function):

@@ -14,7 +14,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .apa import _check_input
+from ..versions import needs_input_grad
+from .apa import _check_input, _compute_dtype
 
 __all__ = ['arelu']
 
@@ -45,18 +46,18 @@ class _AReLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         x, alpha, beta = ctx.saved_tensors
-        need_x, need_a, need_b = ctx.needs_input_grad
+        need_x, need_a, need_b = needs_input_grad(ctx, 3)
         neg, pos = _scales(alpha, beta, x.dtype)
         grad_x = grad_a = grad_b = None
         if need_x:
             # pos for x >= 0, neg for x < 0, as (pos+neg)/2 +- (pos-neg)/2
             # (pos > 1 > neg); "+ 0.0" maps -0.0 to +0.0 so that x = -0.0
-            # counts as x >= 0. (torch.where is several times slower here.)
-            factor = x.add(0.0)
-            torch.copysign((pos - neg) * 0.5, factor, out=factor)
+            # counts as x >= 0. (torch.where is several times slower here;
+            # no out= either: torch 2.1's torch.compile refuses it.)
+            factor = torch.copysign((pos - neg) * 0.5, x.add(0.0))
             grad_x = factor.add_((pos + neg) * 0.5).mul_(grad_out)
         if need_a or need_b:
-            acc = torch.promote_types(x.dtype, torch.float32)
+            acc = _compute_dtype(x)
             xa = x.reshape(-1).to(acc)  # sums of half inputs in float32
             go = grad_out.reshape(-1).to(acc)
             s_pos = torch.dot(go, torch.relu(xa))
@@ -65,7 +66,10 @@ class _AReLUFunction(torch.autograd.Function):
                 grad_b = (s_pos * sig * (1 - sig)).to(beta.dtype)
             if need_a:
                 s_all = torch.dot(go, xa)
-                inside = ((alpha >= 0.01) & (alpha <= 0.99)).to(acc)
+                # alpha inside [0.01, 0.99] (written so that torch 2.1's
+                # torch.compile traces it: no comparison with a constant)
+                a = alpha.detach()
+                inside = (a.clamp(0.01, 0.99) == a).to(acc)
                 grad_a = ((s_all - s_pos) * inside).to(alpha.dtype)
                 grad_a = grad_a.reshape(alpha.shape)
             if grad_b is not None:

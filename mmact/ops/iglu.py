@@ -17,6 +17,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
+from ..versions import needs_input_grad
 from .apa import _check_input, _compute_dtype
 
 __all__ = ['iglu', 'iglu_approx']
@@ -54,7 +55,7 @@ class _IGLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         x, sigma = ctx.saved_tensors
-        need_x, need_s = ctx.needs_input_grad[:2]
+        need_x, need_s = needs_input_grad(ctx, 2)
         z = x.to(_compute_dtype(x))
         s = sigma.detach().reshape(()).to(z.dtype)
         go = grad_out.to(z.dtype)

@@ -26,6 +26,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+from ..versions import needs_input_grad
 from .apa import _check_input, _compute_dtype
 
 __all__ = ['acon_c']
@@ -75,7 +76,7 @@ class _AconCFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         x, p1, p2, beta = ctx.saved_tensors
-        need_x, need_p1, need_p2, need_beta = ctx.needs_input_grad[:4]
+        need_x, need_p1, need_p2, need_beta = needs_input_grad(ctx, 4)
         z = x.to(_compute_dtype(x))
         go = grad_out.to(z.dtype)
         d = _channel_view((p1 - p2).detach(), z, 'p1').to(z.dtype)

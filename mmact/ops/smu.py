@@ -24,6 +24,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
+from ..versions import needs_input_grad
 from .apa import _check_input, _compute_dtype
 
 __all__ = ['smu']
@@ -57,7 +58,7 @@ class _SMUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         x, mu = ctx.saved_tensors
-        need_x, need_mu = ctx.needs_input_grad[:2]
+        need_x, need_mu = needs_input_grad(ctx, 2)
         alpha = ctx.alpha
         c = 1.0 - alpha
         z = x.to(_compute_dtype(x))
