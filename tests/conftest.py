@@ -7,6 +7,9 @@ from types import ModuleType
 from typing import Callable, Dict, Tuple
 
 import pytest
+import torch
+
+from mmact.versions import CPU_AUTOCAST_FLOAT16
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,6 +31,20 @@ def load_tool() -> Callable[[str], ModuleType]:
         return module
 
     return load
+
+
+@pytest.fixture(params=[
+    'bfloat16',
+    pytest.param(
+        'float16',
+        marks=pytest.mark.skipif(
+            not CPU_AUTOCAST_FLOAT16,
+            reason='CPU autocast to float16 needs torch >= 2.2'))
+])
+def cpu_autocast_dtype(request) -> torch.dtype:
+    """Each dtype ``torch.autocast('cpu', dtype=...)`` takes on this torch
+    (float16 skips, with the reason, where it takes bfloat16 only)."""
+    return getattr(torch, request.param)
 
 
 @pytest.fixture(scope='session')

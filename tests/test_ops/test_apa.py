@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mmact.ops import aglu, aglu_reference, apa, apa_reference
-from mmact.versions import CPU_AUTOCAST_FLOAT16, TORCHSCRIPT_ONNX_EXPORT
+from mmact.versions import TORCHSCRIPT_ONNX_EXPORT
 
 OPS = {'apa': (apa, apa_reference), 'aglu': (aglu, aglu_reference)}
 
@@ -240,15 +240,8 @@ def test_extremes_are_finite(name, dtype, k_val, l_val):
     torch.testing.assert_close(y.detach(), want)
 
 
-@pytest.mark.parametrize('dtype', [
-    torch.bfloat16,
-    pytest.param(
-        torch.float16,
-        marks=pytest.mark.skipif(
-            not CPU_AUTOCAST_FLOAT16,
-            reason='CPU autocast to float16 needs torch >= 2.2'))
-])
-def test_autocast_extremes(dtype):
+def test_autocast_extremes(cpu_autocast_dtype):
+    dtype = cpu_autocast_dtype
     lin = torch.nn.Linear(4, 4)
     with torch.no_grad():
         lin.weight.copy_(torch.eye(4) * 1e4)

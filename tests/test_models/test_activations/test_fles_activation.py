@@ -12,7 +12,6 @@ from torch.nn.parameter import UninitializedParameter
 import mmact  # noqa: F401
 from mmact.models.activations import FleS
 from mmact.ops.fles import fles_gate
-from mmact.versions import CPU_AUTOCAST_FLOAT16
 
 K0 = math.log1p(math.exp(0.6))  # softplus(0.6) ~= 1.0375
 
@@ -258,15 +257,8 @@ def test_module_gradcheck_float64():
     assert torch.autograd.gradcheck(fn, (x, *params), fast_mode=True)
 
 
-@pytest.mark.parametrize('dtype', [
-    torch.bfloat16,
-    pytest.param(
-        torch.float16,
-        marks=pytest.mark.skipif(
-            not CPU_AUTOCAST_FLOAT16,
-            reason='CPU autocast to float16 needs torch >= 2.2'))
-])
-def test_autocast_and_low_precision_finite(dtype):
+def test_autocast_and_low_precision_finite(cpu_autocast_dtype):
+    dtype = cpu_autocast_dtype
     torch.manual_seed(6)
     conv = nn.Conv2d(3, 16, 3, padding=1)
     m = FleS(reduction=4, window_size=(3, 3))
