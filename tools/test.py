@@ -15,7 +15,7 @@ from mmengine.registry import METRICS, RUNNERS
 from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
-from mmact.engine.hooks import CheckpointMismatchError
+from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
 from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    load_config, unknown_type_hint)
@@ -150,11 +150,7 @@ def write_metrics_once(cfg: Config) -> None:
     Args:
         cfg (Config): Updated in place.
     """
-    hooks = cfg.setdefault('default_hooks', ConfigDict())
-    logger = hooks.get('logger', dict(type='LoggerHook'))
-    if isinstance(logger, dict) and logger.get('type') in (
-            'LoggerHook', 'mmengine.LoggerHook'):
-        hooks['logger'] = dict(logger, type='MainProcessLoggerHook')
+    replace_stock_hook(cfg, 'logger', 'MainProcessLoggerHook')
 
 
 def main() -> None:

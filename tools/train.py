@@ -15,6 +15,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner, find_latest_checkpoint
 
 import mmact  # noqa: F401  (registers mmact components)
+from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_pretrained_paths, load_config,
@@ -110,6 +111,8 @@ def main() -> None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
 
+    # a crash or a full disk while saving keeps every earlier checkpoint
+    replace_stock_hook(cfg, 'checkpoint', 'DurableCheckpointHook')
     if args.amp:
         enable_amp(cfg)
     if args.auto_scale_lr:

@@ -285,3 +285,29 @@ def test_detector_tta_config_as_mmdet(load_tool):
     assert flip.type == 'TestTimeAug'
     assert [t.prob for t in flip.transforms[0]] == [1., 0.]
     assert 'flip_direction' in flip.transforms[1][0].meta_keys
+
+
+def test_killed_while_saving_resumes_exactly(cwd, straight):
+    """The process dies half-way through writing epoch_2.pth with
+    max_keep_ckpts=1: epoch_1.pth and last_checkpoint are intact (mmengine's
+    stock hook would have deleted epoch_1.pth first), and --resume finishes
+    the run with the same weights as an uninterrupted one."""
+    work_dir = cwd / 'killed'
+    keep_one = ('--cfg-options', 'default_hooks.checkpoint.max_keep_ckpts=1')
+    killed = run([
+        REPO / 'tests/test_tools/dying_save.py', REPO / 'tools/train.py', TINY,
+        '--work-dir', work_dir, *keep_one
+    ],
+                 cwd,
+                 check=False)
+    assert killed.returncode == 3, killed.stderr[-3000:]
+    assert (work_dir / 'last_checkpoint').read_text() == str(work_dir /
+                                                             'epoch_1.pth')
+    assert load(work_dir / 'epoch_1.pth')['meta']['epoch'] == 1
+    assert not (work_dir / 'epoch_2.pth').exists()
+    train(cwd, work_dir, '--resume', *keep_one)
+    assert [p.name for p in work_dir.glob('*.pth')] == ['epoch_2.pth']
+    assert not list(work_dir.glob('.*partial'))  # the dead write's leftover
+    assert_identical(
+        load(work_dir / 'epoch_2.pth')['state_dict'],
+        load(straight)['state_dict'])

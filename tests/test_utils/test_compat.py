@@ -9,13 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.logging import HistoryBuffer
-from mmengine.model import BaseModel
-from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (allow-lists mmengine's checkpoint classes)
+from mmact.testing.tiny_runner import tiny_runner
 from mmact.utils import compat
 from mmact.versions import WEIGHTS_ONLY_BY_DEFAULT
 
@@ -60,57 +57,15 @@ def test_check_mmcv_rejects_versions_mmdet_cannot_use(monkeypatch):
         compat.check_mmcv()
 
 
-class _Regression(BaseModel):
-    """y = w x + b on scalars, enough for the Runner to save a checkpoint."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(1, 1)
-
-    def forward(self, inputs, targets, mode='tensor'):
-        out = self.fc(torch.stack(inputs)).flatten()
-        if mode == 'loss':
-            return dict(loss=F.mse_loss(out, torch.stack(targets)))
-        return out
-
-
-class _Points(torch.utils.data.Dataset):
-    metainfo = dict(classes=('point', ))
-
-    def __len__(self):
-        return 4
-
-    def __getitem__(self, i):
-        return dict(
-            inputs=torch.tensor([float(i)]), targets=torch.tensor(2.0 * i))
-
-
-def _runner(work_dir, max_epochs, **kwargs):
-    return Runner(
-        model=_Regression(),
-        work_dir=str(work_dir),
-        train_dataloader=dict(
-            dataset=_Points(),
-            sampler=dict(type='DefaultSampler', shuffle=False),
-            batch_size=2),
-        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01, momentum=0.9)),
-        param_scheduler=dict(type='MultiStepLR', milestones=[1]),
-        train_cfg=dict(by_epoch=True, max_epochs=max_epochs),
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
-        default_scope='mmengine',
-        experiment_name=work_dir.name,
-        **kwargs)
-
-
 def test_runner_checkpoints_load_weights_only_and_resume(tmp_path):
-    _runner(tmp_path / 'first', max_epochs=1).train()
+    tiny_runner(tmp_path / 'first', max_epochs=1).train()
     path = tmp_path / 'first' / 'epoch_1.pth'
     # as this torch loads by default: weights only from torch 2.6
     checkpoint = torch.load(path)
     loss = checkpoint['message_hub']['log_scalars']['train/loss']
     assert isinstance(loss, HistoryBuffer) and np.isfinite(loss.mean())
     assert checkpoint['meta']['epoch'] == 1
-    runner = _runner(
+    runner = tiny_runner(
         tmp_path / 'second', max_epochs=2, load_from=str(path), resume=True)
     runner.train()
     assert runner.epoch == 2 and runner.iter == 4

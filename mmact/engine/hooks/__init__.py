@@ -1,12 +1,15 @@
 from .activation_stats import ActivationStatsHook
+from .durable_checkpoint import DurableCheckpointHook, write_durably
 from .checkpoint_keys import (CheckpointKeysHook, CheckpointMismatchError,
                               checkpoint_mismatch)
 from .exact_resume import ExactResumeHook
 from .gol_frequency import GOLFrequencyHook
 from .main_process_logger import MainProcessLoggerHook
+from .stock_hooks import replace_stock_hook
 
 __all__ = [
     'ActivationStatsHook', 'CheckpointKeysHook', 'CheckpointMismatchError',
-    'checkpoint_mismatch', 'ExactResumeHook', 'GOLFrequencyHook',
-    'MainProcessLoggerHook'
+    'checkpoint_mismatch', 'DurableCheckpointHook', 'ExactResumeHook',
+    'GOLFrequencyHook', 'MainProcessLoggerHook', 'replace_stock_hook',
+    'write_durably'
 ]

@@ -104,13 +104,14 @@ class ActivationStatsHook(Hook):
         model = runner.model
         return model.module if is_model_wrapper(model) else model
 
-    def before_train_iter(self, runner, batch_idx: int,
+    def before_train_iter(self,
+                          runner,
+                          batch_idx: int,
                           data_batch=None) -> None:
         if not (self.forward_stats
                 and self.every_n_train_iters(runner, self.interval)):
             return
-        layers = [(name, m)
-                  for name, m in self._model(runner).named_modules()
+        layers = [(name, m) for name, m in self._model(runner).named_modules()
                   if has_forward_stats(m)]
         if layers:
             self._recorder = _ForwardStatsRecorder(layers)
@@ -130,8 +131,9 @@ class ActivationStatsHook(Hook):
         if not stats:
             return
         runner.visualizer.add_scalars(stats, step=runner.iter + 1)
-        runner.logger.info('Activation stats: ' + ', '.join(
-            f'{key}: {value:.4g}' for key, value in stats.items()))
+        runner.logger.info('Activation stats: ' +
+                           ', '.join(f'{key}: {value:.4g}'
+                                     for key, value in stats.items()))
 
     def parameter_stats(self, model: nn.Module) -> Dict[str, float]:
         """Statistics of the learned values of ``model``'s activations.
@@ -151,8 +153,7 @@ class ActivationStatsHook(Hook):
                 values = tensor.detach().double().cpu().reshape(-1).numpy()
                 pooled[f'{type(module).__name__}.{key}'].append(values)
                 if self.per_layer:
-                    stats[f'{self.prefix}/{name}.{key}'] = float(
-                        values.mean())
+                    stats[f'{self.prefix}/{name}.{key}'] = float(values.mean())
         for key, chunks in pooled.items():
             values = np.concatenate(chunks)
             stats[f'{self.prefix}/{key}_mean'] = float(values.mean())
@@ -160,9 +161,9 @@ class ActivationStatsHook(Hook):
             stats[f'{self.prefix}/{key}_max'] = float(values.max())
         return stats
 
-    def _forward_stats(self, model: nn.Module,
-                       per_layer: Dict[str, Dict[str, float]]
-                       ) -> Dict[str, float]:
+    def _forward_stats(
+            self, model: nn.Module,
+            per_layer: Dict[str, Dict[str, float]]) -> Dict[str, float]:
         pooled = defaultdict(list)
         stats: Dict[str, float] = {}
         for name, values in per_layer.items():
