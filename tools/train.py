@@ -6,20 +6,23 @@ with or without mmact components.
 import argparse
 import os
 import os.path as osp
+from contextlib import nullcontext
 
 from mmengine.config import Config, DictAction
 from mmengine.device import (is_cuda_available, is_mlu_available,
                              is_musa_available, is_npu_available)
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
-from mmengine.runner import Runner, find_latest_checkpoint
+from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
+                                   check_fresh_work_dir,
                                    check_pretrained_paths, load_config,
-                                   unknown_type_hint)
+                                   resume_checkpoint, unknown_type_hint)
+from mmact.utils.work_dir_lock import work_dir_lock
 
 
 def parse_args() -> argparse.Namespace:
@@ -42,8 +45,14 @@ def parse_args() -> argparse.Namespace:
         nargs='?',
         type=str,
         const='auto',
-        help='resume from this checkpoint, or without a path from the latest '
-        'checkpoint in the work dir')
+        help='resume from this checkpoint, or without a path from the one '
+        'last_checkpoint names (or else the newest complete one in the work '
+        'dir)')
+    parser.add_argument(
+        '--force',
+        action='store_true',
+        help='start from scratch even where the work dir holds checkpoints '
+        'of an earlier run (they are overwritten as the run goes)')
     parser.add_argument(
         '--no-exact-resume',
         action='store_true',
@@ -121,17 +130,31 @@ def main() -> None:
                                'base_batch_size in the config.')
         cfg.auto_scale_lr.enable = True
 
+    # One run per work dir; the main process holds it (before any check, so
+    # that a second run names the first).
+    main_process = int(os.environ.get('RANK', '0')) == 0
+    with work_dir_lock(cfg.work_dir) if main_process else nullcontext():
+        train(cfg, args)
+
+
+def train(cfg: Config, args: argparse.Namespace) -> None:
+    """Check what the run will read and overwrite, then train."""
     if args.resume is not None:
         checkpoint = args.resume
         if checkpoint == 'auto':
-            checkpoint = find_latest_checkpoint(cfg.work_dir)
+            checkpoint = resume_checkpoint(cfg.work_dir)
         # Validate before the Runner starts writing into the work dir.
         if checkpoint is not None:
             check_checkpoint(checkpoint)
-        cfg.resume = True
+        # nothing to resume: from scratch (mmengine would read
+        # last_checkpoint again)
+        cfg.resume = checkpoint is not None
         cfg.load_from = checkpoint
-    elif cfg.get('load_from'):
-        check_checkpoint(cfg.load_from)
+    else:
+        if not (cfg.get('resume') or args.force):
+            check_fresh_work_dir(cfg.work_dir)
+        if cfg.get('load_from'):
+            check_checkpoint(cfg.load_from)
 
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)
