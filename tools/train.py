@@ -164,6 +164,8 @@ def train(cfg: Config, args: argparse.Namespace) -> None:
     add_hook(cfg, dict(type='CheckpointKeysHook', strict=False))
     if not args.no_exact_resume:
         add_hook(cfg, dict(type='ExactResumeHook'))
+    # a diverged run stops before it writes a NaN checkpoint
+    add_hook(cfg, dict(type='DivergenceGuardHook'))
 
     try:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \

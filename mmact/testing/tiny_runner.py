@@ -47,12 +47,10 @@ def tiny_runner(work_dir: Union[str, Path], max_epochs: int,
         work_dir (str | Path): The run's work dir; its name is the
             experiment name.
         max_epochs (int): Epochs to train.
-        **kwargs: Further ``Runner`` arguments (``default_hooks``,
-            ``resume``, ``load_from``, ...).
+        **kwargs: ``Runner`` arguments that replace the defaults or add to
+            them (``default_hooks``, ``optim_wrapper``, ``resume``, ...).
     """
-    kwargs.setdefault('default_hooks',
-                      dict(logger=dict(type='LoggerHook', interval=1)))
-    return Runner(
+    args = dict(
         model=_Regression(),
         work_dir=str(work_dir),
         train_dataloader=dict(
@@ -62,6 +60,8 @@ def tiny_runner(work_dir: Union[str, Path], max_epochs: int,
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01, momentum=0.9)),
         param_scheduler=dict(type='MultiStepLR', milestones=[1]),
         train_cfg=dict(by_epoch=True, max_epochs=max_epochs),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
         default_scope='mmengine',
-        experiment_name=Path(work_dir).name,
-        **kwargs)
+        experiment_name=Path(work_dir).name)
+    args.update(kwargs)
+    return Runner(**args)

@@ -344,3 +344,20 @@ def test_second_run_in_a_work_dir_is_refused(cwd):
     assert 'holds checkpoints of an earlier run (epoch_2.pth, epoch_1.pth)' \
         in third.stderr and '--force' in third.stderr
     train(cwd, work_dir, '--force', '--cfg-options', 'train_cfg.max_epochs=1')
+
+
+def test_divergence_stops_the_run_before_a_nan_checkpoint(cwd):
+    work_dir = cwd / 'diverged'
+    result = train(
+        cwd,
+        work_dir,
+        '--cfg-options',
+        'optim_wrapper.optimizer.lr=1e6',
+        check=False)
+    assert result.returncode != 0
+    assert re.search(
+        r'DivergenceError: training diverged at iteration \d+ \(epoch \d\): '
+        r'non-finite loss', result.stderr), result.stderr[-3000:]
+    for path in work_dir.glob('*.pth'):
+        state = load(path)['state_dict']
+        assert all(torch.isfinite(v).all() for v in state.values()), path

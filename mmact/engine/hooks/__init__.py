@@ -1,7 +1,8 @@
 from .activation_stats import ActivationStatsHook
-from .durable_checkpoint import DurableCheckpointHook, write_durably
 from .checkpoint_keys import (CheckpointKeysHook, CheckpointMismatchError,
                               checkpoint_mismatch)
+from .divergence_guard import DivergenceError, DivergenceGuardHook
+from .durable_checkpoint import DurableCheckpointHook, write_durably
 from .exact_resume import ExactResumeHook
 from .gol_frequency import GOLFrequencyHook
 from .main_process_logger import MainProcessLoggerHook
@@ -9,7 +10,7 @@ from .stock_hooks import replace_stock_hook
 
 __all__ = [
     'ActivationStatsHook', 'CheckpointKeysHook', 'CheckpointMismatchError',
-    'checkpoint_mismatch', 'DurableCheckpointHook', 'ExactResumeHook',
-    'GOLFrequencyHook', 'MainProcessLoggerHook', 'replace_stock_hook',
-    'write_durably'
+    'checkpoint_mismatch', 'DivergenceError', 'DivergenceGuardHook',
+    'DurableCheckpointHook', 'ExactResumeHook', 'GOLFrequencyHook',
+    'MainProcessLoggerHook', 'replace_stock_hook', 'write_durably'
 ]

@@ -71,7 +71,8 @@ class DurableCheckpointHook(CheckpointHook):
     final name; ``last_checkpoint`` is then rewritten the same way, and only
     after that are checkpoints beyond ``max_keep_ckpts`` deleted. A failed
     write (disk full, permission) removes the partial file and raises an
-    error naming the checkpoint and the last complete one, which is kept.
+    ``OSError`` naming the checkpoint and the last complete one, which is
+    kept.
 
     ``tools/train.py`` uses it in place of ``CheckpointHook`` (named in the
     config or the default) with the same arguments; other configs select it
@@ -113,11 +114,14 @@ class DurableCheckpointHook(CheckpointHook):
                 _fsync_file(partial)
                 os.replace(partial, final)
                 _fsync_dir(self.out_dir)
-        except Exception as error:
+        except BaseException as error:
             if is_main_process() and osp.exists(partial):
                 os.remove(partial)
+            if not isinstance(error, OSError):
+                raise  # not the write: e.g. a hook refused the checkpoint
             kept = previous or 'none: this was the first'
-            raise RuntimeError(
+            raise OSError(
+                error.errno,
                 f'could not write the checkpoint {final}: {error}. No part '
                 f'of it was left; the last complete checkpoint is kept '
                 f'({kept}). Free space in {self.out_dir} (or set '

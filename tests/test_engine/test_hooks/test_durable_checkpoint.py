@@ -61,8 +61,9 @@ def test_keeps_the_newest_and_names_them(tmp_path):
 def test_full_disk_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     run = tmp_path / tmp_path.name  # a unique experiment name
     calls = _full_disk_on_save(monkeypatch, 2)
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(OSError) as info:
         tiny_runner(run, 3, default_hooks=_hooks()).train()
+    assert info.value.errno == errno.ENOSPC
     message = str(info.value)
     assert f'could not write the checkpoint {run / "epoch_2.pth"}' in message
     assert 'No space left on device' in message
