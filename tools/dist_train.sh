@@ -13,8 +13,10 @@ if [[ -z "$PYTHON" ]]; then
   if [[ -x "$TOOLS/../.venv/bin/python" ]]; then PYTHON="$TOOLS/../.venv/bin/python"; else PYTHON=python; fi
 fi
 
-PYTHONPATH="$TOOLS/..":$PYTHONPATH \
-"$PYTHON" -m torch.distributed.run \
+# exec: killing this script kills torchrun, whose workers then end too
+# (mmact.utils.end_with_launcher); torchrun alone would leave them running.
+export PYTHONPATH="$TOOLS/..":$PYTHONPATH MMACT_LAUNCHER_PID=$$
+exec "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \

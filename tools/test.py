@@ -16,7 +16,8 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
-from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
+from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
+                         setup_cpu_distributed)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    load_config, unknown_type_hint)
 
@@ -155,6 +156,7 @@ def write_metrics_once(cfg: Config) -> None:
 
 def main() -> None:
     args = parse_args()
+    end_with_launcher(args.launcher)  # a killed torchrun ends its workers
     check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher

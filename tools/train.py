@@ -17,7 +17,8 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import replace_stock_hook
-from mmact.utils import check_mmcv, finish_run, setup_cpu_distributed
+from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
+                         setup_cpu_distributed)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_fresh_work_dir,
                                    check_pretrained_paths, load_config,
@@ -111,6 +112,7 @@ def add_hook(cfg: Config, hook: dict) -> None:
 
 def main() -> None:
     args = parse_args()
+    end_with_launcher(args.launcher)  # a killed torchrun ends its workers
     check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher

@@ -1,6 +1,9 @@
-"""Distributed set-up for machines without a GPU."""
+"""Distributed set-up for machines without a GPU, and workers that end with
+their launcher."""
+import ctypes
 import logging
 import os
+import signal
 import sys
 from datetime import timedelta
 
@@ -50,6 +53,42 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
             f'model_wrapper_cfg type {wrapper["type"]!r} needs a GPU; only '
             'MMDistributedDataParallel is replaced for CPU training.')
     cfg.model_wrapper_cfg = dict(wrapper, type='CPUDistributedDataParallel')
+    return True
+
+
+# prctl(2) option: the signal a process gets when its parent ends (Linux).
+_PR_SET_PDEATHSIG = 1
+
+
+def end_with_launcher(launcher: str) -> bool:
+    """Have this worker receive SIGTERM when the process that started it
+    ends (Linux), so that workers do not train on after their launcher was
+    killed, even with ``kill -9``.
+
+    torchrun stops its workers when it is asked to (SIGTERM, SIGINT), but
+    not when it is killed outright; ``tools/dist_train.sh`` and
+    ``dist_test.sh`` ``exec`` torchrun, so killing the script kills
+    torchrun, and this ends its workers. A worker that gets here after its
+    launcher (``MMACT_LAUNCHER_PID``, set by the scripts) already ended
+    ends at once.
+
+    Args:
+        launcher (str): The tool's ``--launcher``; only ``'pytorch'``
+            (torchrun) workers are set up.
+
+    Returns:
+        bool: Whether the parent-death signal was set.
+    """
+    if launcher != 'pytorch' or not sys.platform.startswith('linux'):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return False
+    # A launcher that died before the call above sent no signal: the
+    # scripts name their pid (which torchrun keeps), so compare.
+    launcher_pid = os.environ.get('MMACT_LAUNCHER_PID')
+    if launcher_pid and os.getppid() != int(launcher_pid):
+        os.kill(os.getpid(), signal.SIGTERM)
     return True
 
 

@@ -2,9 +2,11 @@
 import os
 import pickle
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,64 @@ def identical(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(map(identical, a, b))
     return a == b
+
+
+def _children(pid: int) -> list:
+    """Live (not zombie) child processes of ``pid``."""
+    found = []
+    for stat in Path('/proc').glob('[0-9]*/stat'):
+        try:
+            fields = stat.read_text().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != 'Z':
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1]
+    except OSError:
+        return False
+    return state.split()[0] != 'Z'
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith('linux'), reason='reads /proc (Linux)')
+def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
+    """kill -9 of tools/dist_train.sh: both workers end within seconds
+    (torchrun alone leaves them training to the end)."""
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'toy_coco').symlink_to(toy_data_root('coco'))
+    work_dir = tmp_path / 'work'
+    launcher = subprocess.Popen([
+        'bash',
+        str(REPO / 'tools/dist_train.sh'),
+        str(TOY_COCO), '2', '--work-dir',
+        str(work_dir), '--cfg-options', 'train_cfg.max_epochs=50'
+    ],
+                                cwd=tmp_path,
+                                env=dict(
+                                    os.environ,
+                                    PYTHON=sys.executable,
+                                    PORT=free_port()),
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    # training has started once the main worker holds the work dir
+    while not (work_dir / '.mmact-train.lock').exists():
+        assert launcher.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    workers = _children(launcher.pid)  # the script exec'd torchrun
+    assert len(workers) == 2
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 60
+    try:
+        while any(_alive(p) for p in workers):
+            assert time.monotonic() < deadline, 'workers outlived the launcher'
+            time.sleep(0.2)
+    finally:  # a failed check leaves no orphan training on
+        for pid in filter(_alive, workers):
+            os.kill(pid, signal.SIGKILL)

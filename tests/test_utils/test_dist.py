@@ -1,7 +1,10 @@
 """mmact.utils.dist: how a tool's run ends."""
+import signal
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from mmact.utils import finish_run
 
@@ -35,3 +38,22 @@ def test_cpu_distributed_worker_exits_zero_with_output_flushed(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == 'buffered line'
     assert log_file.read_text() == 'run finished\n'
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith('linux'), reason='prctl (Linux)')
+def test_a_worker_whose_launcher_is_gone_ends_at_once():
+    """The launcher the scripts name is not this worker's parent any more
+    (it died before the worker set its parent-death signal)."""
+    code = ('import os\n'
+            'from mmact.utils.dist import end_with_launcher\n'
+            'os.environ["MMACT_LAUNCHER_PID"] = str(os.getppid() + 1)\n'
+            'print(end_with_launcher("none"), flush=True)\n'
+            'end_with_launcher("pytorch")\n'
+            'print("trained on", flush=True)\n')
+    out = subprocess.run([sys.executable, '-c', code],
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert out.returncode == -signal.SIGTERM, out.stderr[-2000:]
+    assert out.stdout == 'False\n'  # launcher 'none': nothing set up
