@@ -17,8 +17,8 @@ import torch
 
 __all__ = [
     'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
-    'VERSIONED_APIS', 'check_torch', 'is_tracing', 'triton_version',
-    'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
+    'VERSIONED_APIS', 'parse_version', 'check_torch', 'is_tracing',
+    'triton_version', 'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
     'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
     'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
 ]
@@ -140,9 +140,9 @@ def allow_in_weights_only_load(entries: list) -> None:
 
 
 #: Keyword arguments that make ``torch.onnx.export`` use the TorchScript
-#: exporter: torch 2.5 added ``dynamo=`` and 2.9 made the dynamo exporter
-#: (which also needs onnxscript) the default; older torch has only the
-#: TorchScript one.
+#: exporter: torch 2.5 added ``dynamo=``, and later releases made the dynamo
+#: exporter (which also needs onnxscript) the default (it is in 2.14); older
+#: torch has only the TorchScript one.
 TORCHSCRIPT_ONNX_EXPORT = ({
     'dynamo': False
 } if TORCH_VERSION >= (2, 5) else {})

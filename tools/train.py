@@ -133,14 +133,31 @@ def main() -> None:
         cfg.auto_scale_lr.enable = True
 
     # One run per work dir; the main process holds it (before any check, so
-    # that a second run names the first).
-    main_process = int(os.environ.get('RANK', '0')) == 0
-    with work_dir_lock(cfg.work_dir) if main_process else nullcontext():
-        train(cfg, args)
+    # that a second run names the first) and releases it before a
+    # CPU-distributed worker's os._exit in finish_run.
+    with work_dir_lock(cfg.work_dir) if is_main_process(
+            args.launcher) else nullcontext():
+        cpu_distributed = train(cfg, args)
+    finish_run(cpu_distributed)
 
 
-def train(cfg: Config, args: argparse.Namespace) -> None:
-    """Check what the run will read and overwrite, then train."""
+def is_main_process(launcher: str) -> bool:
+    """Whether this is the job's rank 0, before the process group exists
+    (the variables torchrun, slurm and Open MPI set)."""
+    if launcher == 'none':
+        return True
+    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
+        if name in os.environ:
+            return int(os.environ[name]) == 0
+    return True
+
+
+def train(cfg: Config, args: argparse.Namespace) -> bool:
+    """Check what the run will read and overwrite, then train.
+
+    Returns:
+        bool: Whether the run was CPU-distributed (for ``finish_run``).
+    """
     if args.resume is not None:
         checkpoint = args.resume
         if checkpoint == 'auto':
@@ -173,12 +190,12 @@ def train(cfg: Config, args: argparse.Namespace) -> None:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
             RUNNERS.build(cfg)
         runner.train()
-        finish_run(cpu_distributed)
     except KeyError as error:
         hint = unknown_type_hint(error, cfg.get('default_scope'))
         if hint is not None:
             error.args = (f'{error.args[0]} {hint}', ) + error.args[1:]
         raise
+    return cpu_distributed
 
 
 if __name__ == '__main__':

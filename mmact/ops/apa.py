@@ -43,7 +43,7 @@ Execution paths:
 - ``torch.onnx.export``: a composite of standard ops (Softplus, Exp, Log,
   Mul). Use the TorchScript exporter (the keyword that selects it on each
   torch: :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`); the dynamo
-  exporter, the default from torch 2.9, additionally needs ``onnxscript``.
+  exporter, the default in torch 2.14, additionally needs ``onnxscript``.
 """
 from typing import Optional, Sequence, Tuple, Union
 

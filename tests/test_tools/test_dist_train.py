@@ -85,6 +85,8 @@ def test_only_rank0_writes_the_checkpoint(trained):
     assert (work_dir / 'saved_by_rank0').exists()
     assert not (work_dir / 'saved_by_rank1').exists()
     assert (work_dir / 'epoch_1.pth').exists()
+    # rank 0 held the work dir, and released it before its os._exit
+    assert not (work_dir / '.mmact-train.lock').exists()
 
 
 def test_dist_test_matches_single_process(trained):

@@ -119,3 +119,19 @@ def test_toy_configs_name_the_generated_classes(config, kind):
     assert tuple(classes) == toy_classes(kind, len(classes))
     assert cfg.model.roi_head.bbox_head.num_classes == len(classes)
     assert cfg.model.roi_head.mask_head.num_classes == len(classes)
+
+
+@pytest.mark.parametrize('launcher,env,main', [
+    ('none', dict(RANK='1'), True),
+    ('pytorch', dict(RANK='0'), True),
+    ('pytorch', dict(RANK='1'), False),
+    ('slurm', dict(SLURM_PROCID='3'), False),
+    ('mpi', dict(OMPI_COMM_WORLD_RANK='0'), True),
+])
+def test_main_process_holds_the_work_dir_lock(load_tool, monkeypatch,
+                                              launcher, env, main):
+    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert load_tool('tools/train.py').is_main_process(launcher) == main

@@ -95,7 +95,8 @@ class DurableCheckpointHook(CheckpointHook):
                                            list(self.keep_ckpt_ids))
         filename = self.filename_tmpl.format(step)
         final = osp.join(self.out_dir, filename)
-        previous = self.last_ckpt if hasattr(self, 'last_ckpt') else None
+        pointer = osp.join(runner.work_dir, 'last_checkpoint')
+        previous = open(pointer).read().strip() if osp.isfile(pointer) else ''
         self.last_ckpt = final
         runner.message_hub.update_info('last_ckpt', final)
         partial = osp.join(self.out_dir, f'.{filename}.partial')
@@ -129,7 +130,7 @@ class DurableCheckpointHook(CheckpointHook):
                 '--resume') from error
         if not is_main_process():
             return
-        write_durably(osp.join(runner.work_dir, 'last_checkpoint'), final)
+        write_durably(pointer, final)
         for old in evicted:
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(path):
