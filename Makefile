@@ -43,6 +43,7 @@ demo: env
 # LVIS sets, one process each.
 demo-stock: env
 	$(PYTHON) tools/misc/generate_toy_data.py coco lvis --out-dir data/ --skip-complete
+	rm -rf work_dirs/toy-coco work_dirs/toy-lvis
 	$(PYTHON) tools/train.py configs/toy/mask-rcnn_r50_fpn_toy-coco.py --work-dir work_dirs/toy-coco
 	$(PYTHON) tools/train.py configs/toy/mask-rcnn_r50_fpn_toy-lvis.py --work-dir work_dirs/toy-lvis
 	$(PYTHON) tools/test.py configs/toy/mask-rcnn_r50_fpn_toy-coco.py work_dirs/toy-coco/epoch_8.pth --work-dir work_dirs/toy-coco
