@@ -13,7 +13,7 @@ import socket
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 __all__ = ['LOCK_NAME', 'WorkDirLockedError', 'work_dir_lock']
 
@@ -52,6 +52,16 @@ def _try_create(path: str, owner: dict) -> bool:
     return True
 
 
+def _missing_folders(path: str) -> List[str]:
+    """The folders ``os.makedirs(path)`` would create, deepest first."""
+    missing = []
+    path = osp.abspath(path)
+    while not osp.isdir(path):
+        missing.append(path)
+        path = osp.dirname(path)
+    return missing
+
+
 @contextmanager
 def work_dir_lock(work_dir: str) -> Iterator[str]:
     """Hold ``work_dir`` for one training run.
@@ -63,7 +73,8 @@ def work_dir_lock(work_dir: str) -> Iterator[str]:
 
     Args:
         work_dir (str): The run's work dir (created if missing, and removed
-            again when the run wrote nothing into it).
+            again, with the parents created for it, when the run wrote
+            nothing into it).
 
     Yields:
         str: The lock file's path; removed on exit.
@@ -71,7 +82,7 @@ def work_dir_lock(work_dir: str) -> Iterator[str]:
     Raises:
         WorkDirLockedError: Another run holds the work dir.
     """
-    created = not osp.isdir(work_dir)
+    created = _missing_folders(work_dir)
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(work_dir, LOCK_NAME)
     host = socket.gethostname()
@@ -100,5 +111,8 @@ def work_dir_lock(work_dir: str) -> Iterator[str]:
     finally:
         if (_read(path) or {}).get('pid') == os.getpid():
             os.remove(path)
-        if created and not os.listdir(work_dir):
-            os.rmdir(work_dir)  # a run that failed its checks leaves nothing
+        # a run that failed its checks leaves nothing behind
+        for folder in created:
+            if os.listdir(folder):
+                break
+            os.rmdir(folder)

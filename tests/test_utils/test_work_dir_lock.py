@@ -93,9 +93,9 @@ def test_simultaneous_runs_get_one_lock(tmp_path):
 
 def test_a_run_that_wrote_nothing_leaves_no_work_dir(tmp_path):
     with pytest.raises(ValueError):
-        with work_dir_lock(str(tmp_path / 'new')):
+        with work_dir_lock(str(tmp_path / 'work_dirs' / 'new')):
             raise ValueError('a check failed')
-    assert not (tmp_path / 'new').exists()
+    assert not (tmp_path / 'work_dirs').exists()
     (tmp_path / 'kept').mkdir()
     with work_dir_lock(str(tmp_path / 'kept')):
         pass
