@@ -14,6 +14,7 @@ import re
 from typing import Dict, Tuple
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 __all__ = [
     'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
@@ -88,14 +89,19 @@ if _is_compiling is None:
 
 
 def is_tracing() -> bool:
-    """Whether ``torch.compile`` (dynamo) or ``torch.jit`` is tracing the
-    caller, on every supported torch.
+    """Whether ``torch.compile`` (dynamo, AOTAutograd), ``torch.jit`` or a
+    Python dispatch mode (fake tensors, FLOP counters) sees the caller's
+    ops, on every supported torch.
 
     Tracers see the torch ops, never the hand-written kernels: ask this
     before looking at a tensor's layout or the environment, which dynamo
-    either rejects or turns into graph breaks.
+    either rejects or turns into graph breaks, and before handing a data
+    pointer to a kernel. On torch 2.1 ``is_compiling`` is False while
+    AOTAutograd runs an ``autograd.Function`` on fake tensors (a C kernel
+    given their pointers crashed); the active ``FakeTensorMode`` shows it.
     """
-    return _is_compiling() or torch.jit.is_tracing()
+    return (_is_compiling() or torch.jit.is_tracing()
+            or _get_current_dispatch_mode() is not None)
 
 
 # pytorch/pytorch#123700 (torch 2.4): dynamo reads ctx.needs_input_grad.

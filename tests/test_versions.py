@@ -191,3 +191,18 @@ def test_environment_is_not_read_while_tracing(monkeypatch):
         backend='eager',
         fullgraph=True)
     assert torch.equal(compiled(torch.ones(2)), torch.full((2, ), 2.0))
+
+
+def test_fake_tensors_never_reach_the_kernels():
+    """AOTAutograd runs autograd.Functions on fake tensors (on torch 2.1
+    with is_compiling False): the ops take the torch path there."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mmact.ops import aglu, apa
+    with FakeTensorMode():
+        assert versions.is_tracing()
+        x = torch.empty(4, 64, 32, 32)  # large enough for the C kernel
+        k, lam = torch.ones(64), torch.ones(64)
+        assert aglu(x, k, lam).shape == x.shape
+        assert apa(x, 1.0, 0.5).shape == x.shape
+    assert not versions.is_tracing()
