@@ -17,9 +17,10 @@ from mmengine.runner import Runner
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
-                         setup_cpu_distributed)
+                         is_launcher_main, setup_cpu_distributed)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
-                                   load_config, unknown_type_hint)
+                                   check_datasets, load_config,
+                                   unknown_type_hint, use_checked_datasets)
 
 # Metric that dumps raw predictions to a pickle, per library.
 DUMP_METRICS = {'mmdet': 'DumpDetResults', 'mmpretrain': 'ResultsDumper'}
@@ -175,6 +176,9 @@ def main() -> None:
     if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
         raise ValueError(f'--out must name a .pkl file, got {args.out!r}')
     check_data_paths(cfg, ('test', ))
+    # samples vs the heads, before the model is built; the Runner reuses them
+    datasets = check_datasets(
+        cfg, ('test', ), warn=is_launcher_main(args.launcher))
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
         dict(type='CheckpointKeysHook', strict=not args.allow_partial)
@@ -183,6 +187,7 @@ def main() -> None:
     try:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
             RUNNERS.build(cfg)
+        use_checked_datasets(runner, datasets)
         if args.out is not None:
             scope = cfg.get('default_scope', 'mmdet')
             if scope not in DUMP_METRICS:

@@ -18,11 +18,12 @@ from mmengine.runner import Runner
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
-                         setup_cpu_distributed)
+                         is_launcher_main, setup_cpu_distributed)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
-                                   check_fresh_work_dir,
+                                   check_datasets, check_fresh_work_dir,
                                    check_pretrained_paths, load_config,
-                                   resume_checkpoint, unknown_type_hint)
+                                   resume_checkpoint, unknown_type_hint,
+                                   use_checked_datasets)
 from mmact.utils.work_dir_lock import work_dir_lock
 
 
@@ -135,21 +136,10 @@ def main() -> None:
     # One run per work dir; the main process holds it (before any check, so
     # that a second run names the first) and releases it before a
     # CPU-distributed worker's os._exit in finish_run.
-    with work_dir_lock(cfg.work_dir) if is_main_process(
+    with work_dir_lock(cfg.work_dir) if is_launcher_main(
             args.launcher) else nullcontext():
         cpu_distributed = train(cfg, args)
     finish_run(cpu_distributed)
-
-
-def is_main_process(launcher: str) -> bool:
-    """Whether this is the job's rank 0, before the process group exists
-    (the variables torchrun, slurm and Open MPI set)."""
-    if launcher == 'none':
-        return True
-    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
-        if name in os.environ:
-            return int(os.environ[name]) == 0
-    return True
 
 
 def train(cfg: Config, args: argparse.Namespace) -> bool:
@@ -177,6 +167,9 @@ def train(cfg: Config, args: argparse.Namespace) -> bool:
 
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)
+    # samples vs the heads, before the model is built; the Runner reuses them
+    datasets = check_datasets(
+        cfg, splits, warn=is_launcher_main(args.launcher))
     check_pretrained_paths(cfg)
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     # load_from may cover part of the model (fine-tuning): warn, don't stop.
@@ -189,6 +182,7 @@ def train(cfg: Config, args: argparse.Namespace) -> bool:
     try:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
             RUNNERS.build(cfg)
+        use_checked_datasets(runner, datasets)
         runner.train()
     except KeyError as error:
         hint = unknown_type_hint(error, cfg.get('default_scope'))

@@ -121,3 +121,18 @@ def finish_run(cpu_distributed: bool) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def is_launcher_main(launcher: str) -> bool:
+    """Whether this is the job's rank 0, before the process group exists
+    (the variables torchrun, slurm and Open MPI set).
+
+    Args:
+        launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'`` or ``'mpi'``.
+    """
+    if launcher == 'none':
+        return True
+    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
+        if name in os.environ:
+            return int(os.environ[name]) == 0
+    return True

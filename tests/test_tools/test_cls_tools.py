@@ -363,3 +363,32 @@ def test_divergence_stops_the_run_before_a_nan_checkpoint(cwd):
     for path in work_dir.glob('*.pth'):
         state = load(path)['state_dict']
         assert all(torch.isfinite(v).all() for v in state.values()), path
+
+
+def test_labels_beyond_the_head_stop_before_the_model_is_built(
+        cwd, first_epoch):
+    """The 4-class toy set under a 3-class head: named before the Runner
+    (which makes the timestamped log folder, then the model) starts."""
+    work_dir = cwd / 'three_classes'
+    result = train(
+        cwd,
+        work_dir,
+        '--cfg-options',
+        'model.head.num_classes=3',
+        'data_preprocessor.num_classes=3',
+        check=False)
+    assert result.returncode != 0
+    assert (
+        'DataCheckError: train_dataloader.dataset (data/toy_cls/meta/'
+        'train.txt) has labels 0-3') in result.stderr, result.stderr[-3000:]
+    assert 'model.head.num_classes = 3' in result.stderr
+    assert not work_dir.exists() or not any(work_dir.glob('*/*.log'))
+    evaluated = evaluate(
+        cwd,
+        first_epoch,
+        '--cfg-options',
+        'model.head.num_classes=3',
+        check=False)
+    assert evaluated.returncode != 0
+    assert ('DataCheckError: test_dataloader.dataset (data/toy_cls/meta/'
+            'val.txt) has labels 0-3') in evaluated.stderr

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from mmact.utils import finish_run
+from mmact.utils import finish_run, is_launcher_main
 
 
 def test_finish_run_returns_without_cpu_distributed():
@@ -57,3 +57,19 @@ def test_a_worker_whose_launcher_is_gone_ends_at_once():
                          timeout=300)
     assert out.returncode == -signal.SIGTERM, out.stderr[-2000:]
     assert out.stdout == 'False\n'  # launcher 'none': nothing set up
+
+
+@pytest.mark.parametrize('launcher,env,main', [
+    ('none', dict(RANK='1'), True),
+    ('pytorch', dict(RANK='0'), True),
+    ('pytorch', dict(RANK='1'), False),
+    ('slurm', dict(SLURM_PROCID='3'), False),
+    ('mpi', dict(OMPI_COMM_WORLD_RANK='0'), True),
+])
+def test_launcher_main_is_rank_zero_before_the_process_group(
+        monkeypatch, launcher, env, main):
+    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert is_launcher_main(launcher) == main

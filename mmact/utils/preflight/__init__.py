@@ -2,6 +2,8 @@
 from .checkpoints import (check_checkpoint, check_pretrained_paths,
                           is_remote_checkpoint, missing_pretrained_paths)
 from .config import closest_registered, load_config, unknown_type_hint
+from .data_content import (DataCheckError, check_datasets, head_num_classes,
+                           use_checked_datasets)
 from .data_paths import (GENERATE_HINT, check_data_paths, inspect_data_paths,
                          missing_data_paths)
 from .resume import check_fresh_work_dir, checkpoints_in, resume_checkpoint
@@ -11,5 +13,6 @@ __all__ = [
     'missing_pretrained_paths', 'closest_registered', 'load_config',
     'unknown_type_hint', 'GENERATE_HINT', 'check_data_paths',
     'inspect_data_paths', 'missing_data_paths', 'check_fresh_work_dir',
-    'checkpoints_in', 'resume_checkpoint'
+    'checkpoints_in', 'resume_checkpoint', 'DataCheckError', 'check_datasets',
+    'head_num_classes', 'use_checked_datasets'
 ]
