@@ -49,6 +49,8 @@ def tiny_runner(work_dir: Union[str, Path], max_epochs: int,
         max_epochs (int): Epochs to train.
         **kwargs: ``Runner`` arguments that replace the defaults or add to
             them (``default_hooks``, ``optim_wrapper``, ``resume``, ...).
+            A ``val_evaluator`` adds validation on the same points every
+            epoch.
     """
     args = dict(
         model=_Regression(),
@@ -63,5 +65,8 @@ def tiny_runner(work_dir: Union[str, Path], max_epochs: int,
         default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
         default_scope='mmengine',
         experiment_name=Path(work_dir).name)
+    if 'val_evaluator' in kwargs:
+        args.update(
+            val_dataloader=dict(args['train_dataloader']), val_cfg=dict())
     args.update(kwargs)
     return Runner(**args)

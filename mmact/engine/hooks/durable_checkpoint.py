@@ -9,7 +9,7 @@ names whatever it named before.
 """
 import os
 import os.path as osp
-from typing import List
+from typing import Callable, List
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend
@@ -77,8 +77,9 @@ class DurableCheckpointHook(CheckpointHook):
     ``tools/train.py`` uses it in place of ``CheckpointHook`` (named in the
     config or the default) with the same arguments; other configs select it
     with ``default_hooks = dict(checkpoint=dict(type='DurableCheckpointHook',
-    ...))``. Checkpoints written to a remote backend (``backend_args``) and
-    the ``save_best`` checkpoints take mmengine's path unchanged.
+    ...))``. The ``save_best`` checkpoint is written the same way, and the
+    previous best deleted after it. Checkpoints written to a remote backend
+    (``backend_args``) take mmengine's path unchanged.
     """
 
     def _save_checkpoint_with_step(self, runner, step, meta) -> None:
@@ -99,35 +100,19 @@ class DurableCheckpointHook(CheckpointHook):
         previous = open(pointer).read().strip() if osp.isfile(pointer) else ''
         self.last_ckpt = final
         runner.message_hub.update_info('last_ckpt', final)
-        partial = osp.join(self.out_dir, f'.{filename}.partial')
-        try:
-            runner.save_checkpoint(
+        kept = f'the last complete checkpoint is kept ' \
+            f'({previous or "none: this was the first"})'
+        self._save_durably(
+            final, lambda name: runner.save_checkpoint(
                 self.out_dir,
-                osp.basename(partial),
+                name,
                 self.file_client_args,
                 save_optimizer=self.save_optimizer,
                 save_param_scheduler=self.save_param_scheduler,
                 meta=meta,
                 by_epoch=self.by_epoch,
                 backend_args=self.backend_args,
-                **self.args)
-            if is_main_process():
-                _fsync_file(partial)
-                os.replace(partial, final)
-                _fsync_dir(self.out_dir)
-        except BaseException as error:
-            if is_main_process() and osp.exists(partial):
-                os.remove(partial)
-            if not isinstance(error, OSError):
-                raise  # not the write: e.g. a hook refused the checkpoint
-            kept = previous or 'none: this was the first'
-            raise OSError(
-                error.errno,
-                f'could not write the checkpoint {final}: {error}. No part '
-                f'of it was left; the last complete checkpoint is kept '
-                f'({kept}). Free space in {self.out_dir} (or set '
-                'default_hooks.checkpoint.out_dir) and resume with '
-                '--resume') from error
+                **self.args), kept)
         if not is_main_process():
             return
         write_durably(pointer, final)
@@ -135,3 +120,62 @@ class DurableCheckpointHook(CheckpointHook):
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(path):
                 os.remove(path)
+
+    def _save_best_checkpoint(self, runner, metrics) -> None:
+        """mmengine's, with the new best checkpoint written durably and the
+        previous best deleted only after it is complete."""
+        if not isinstance(self.file_backend, LocalBackend):
+            return super()._save_best_checkpoint(runner, metrics)
+        replaced: List[str] = []
+        written: List[str] = []
+        save_checkpoint = runner.save_checkpoint
+
+        def save(out_dir: str, filename: str, *args, **kwargs) -> None:
+            final = osp.join(out_dir, filename)
+            self._save_durably(
+                final, lambda name: save_checkpoint(out_dir, name, *args, **
+                                                    kwargs),
+                'the previous best checkpoint is kept')
+            written.append(final)
+
+        # mmengine removes the previous best, then saves the new one
+        runner.save_checkpoint = save
+        self.file_backend.remove = replaced.append
+        try:
+            super()._save_best_checkpoint(runner, metrics)
+        finally:
+            del runner.save_checkpoint
+            del self.file_backend.remove
+        if is_main_process():
+            for path in replaced:
+                if path not in written and osp.isfile(path):
+                    os.remove(path)
+
+    def _save_durably(self, final: str, save: Callable[[str], None],
+                      kept: str) -> None:
+        """Write a checkpoint to a hidden partial file beside ``final`` with
+        ``save(partial_name)``, fsync it and rename it over ``final``.
+
+        Raises:
+            OSError: The write failed (disk full, permission); the message
+                names ``final`` and what is ``kept``.
+        """
+        out_dir = osp.dirname(final)
+        partial = osp.join(out_dir, f'.{osp.basename(final)}.partial')
+        try:
+            save(osp.basename(partial))
+            if is_main_process():
+                _fsync_file(partial)
+                os.replace(partial, final)
+                _fsync_dir(out_dir)
+        except BaseException as error:
+            if is_main_process() and osp.exists(partial):
+                os.remove(partial)
+            if not isinstance(error, OSError):
+                raise  # not the write: e.g. a hook refused the checkpoint
+            raise OSError(
+                error.errno,
+                f'could not write the checkpoint {final}: {error}. No part '
+                f'of it was left; {kept}. Free space in {out_dir} (or set '
+                'default_hooks.checkpoint.out_dir) and resume with '
+                '--resume') from error

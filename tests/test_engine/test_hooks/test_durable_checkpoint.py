@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.evaluator import BaseMetric
 from mmengine.fileio.backends.local_backend import LocalBackend
 
 from mmact.engine.hooks import replace_stock_hook, write_durably
@@ -86,6 +87,65 @@ def test_the_stock_hook_loses_it_under_the_same_fault(tmp_path, monkeypatch):
     assert 'epoch_1.pth' not in _files(run)
     with pytest.raises(Exception):
         _load(run / 'epoch_2.pth')
+
+
+class _RisingScore(BaseMetric):
+    """A score that improves every validation: each epoch has a new best."""
+
+    def __init__(self):
+        super().__init__()
+        self.validations = 0
+
+    def process(self, data_batch, data_samples):
+        self.results.append(0)
+
+    def compute_metrics(self, results):
+        self.validations += 1
+        return dict(score=float(self.validations))
+
+
+def _validating(run, epochs, monkeypatch=None, fail_best=None):
+    """A tiny run that validates every epoch and keeps the best checkpoint;
+    with ``fail_best=n`` the n-th best checkpoint write fills the disk."""
+    if fail_best is not None:
+        put, best_writes = LocalBackend.put, []
+
+        def failing_put(self, obj, filepath):
+            if 'best_' in filepath:
+                best_writes.append(filepath)
+                if len(best_writes) == fail_best:
+                    with open(filepath, 'wb') as f:
+                        f.write(obj[:len(obj) // 2])
+                    raise OSError(errno.ENOSPC, 'No space left on device')
+            put(self, obj, filepath)
+
+        monkeypatch.setattr(LocalBackend, 'put', failing_put)
+    return tiny_runner(
+        run,
+        epochs,
+        default_hooks=_hooks(save_best='score', rule='greater'),
+        val_evaluator=[_RisingScore()])
+
+
+def test_best_checkpoint_replaced_after_the_new_one_is_complete(tmp_path):
+    run = tmp_path / tmp_path.name  # a unique experiment name
+    _validating(run, 3).train()
+    assert sorted(p.name for p in run.glob('*.pth')) == [
+        'best_score_epoch_3.pth', 'epoch_3.pth'
+    ]
+    assert _load(run / 'best_score_epoch_3.pth')['meta']['epoch'] == 3
+
+
+def test_full_disk_keeps_the_previous_best_checkpoint(tmp_path, monkeypatch):
+    run = tmp_path / tmp_path.name  # a unique experiment name
+    with pytest.raises(OSError) as info:
+        _validating(run, 3, monkeypatch, fail_best=2).train()
+    message = str(info.value)
+    assert f'could not write the checkpoint {run / "best_score_epoch_2.pth"}' \
+        in message and 'the previous best checkpoint is kept' in message
+    assert _load(run / 'best_score_epoch_1.pth')['meta']['epoch'] == 1
+    assert not (run / 'best_score_epoch_2.pth').exists()
+    assert not list(run.glob('.*partial'))
 
 
 def test_killed_while_saving_leaves_a_resumable_work_dir(tmp_path):
