@@ -31,14 +31,15 @@ def _files(folder):
     return sorted(p.name for p in folder.iterdir() if p.is_file())
 
 
-def _full_disk_on_save(monkeypatch, n):
-    """The ``n``-th checkpoint write stores half of its bytes and fails as a
-    full disk does."""
+def _full_disk_on_save(monkeypatch, n, name_part=''):
+    """The ``n``-th checkpoint write (of those whose path holds
+    ``name_part``) stores half of its bytes and fails as a full disk does."""
     put, calls = LocalBackend.put, []
 
     def failing_put(self, obj, filepath):
-        calls.append(filepath)
-        if len(calls) == n:
+        if name_part in filepath:
+            calls.append(filepath)
+        if name_part in filepath and len(calls) == n:
             with open(filepath, 'wb') as f:
                 f.write(obj[:len(obj) // 2])
             raise OSError(errno.ENOSPC, 'No space left on device')
@@ -104,22 +105,9 @@ class _RisingScore(BaseMetric):
         return dict(score=float(self.validations))
 
 
-def _validating(run, epochs, monkeypatch=None, fail_best=None):
-    """A tiny run that validates every epoch and keeps the best checkpoint;
-    with ``fail_best=n`` the n-th best checkpoint write fills the disk."""
-    if fail_best is not None:
-        put, best_writes = LocalBackend.put, []
-
-        def failing_put(self, obj, filepath):
-            if 'best_' in filepath:
-                best_writes.append(filepath)
-                if len(best_writes) == fail_best:
-                    with open(filepath, 'wb') as f:
-                        f.write(obj[:len(obj) // 2])
-                    raise OSError(errno.ENOSPC, 'No space left on device')
-            put(self, obj, filepath)
-
-        monkeypatch.setattr(LocalBackend, 'put', failing_put)
+def _validating(run, epochs):
+    """A tiny run that validates every epoch and keeps the best
+    checkpoint."""
     return tiny_runner(
         run,
         epochs,
@@ -138,8 +126,9 @@ def test_best_checkpoint_replaced_after_the_new_one_is_complete(tmp_path):
 
 def test_full_disk_keeps_the_previous_best_checkpoint(tmp_path, monkeypatch):
     run = tmp_path / tmp_path.name  # a unique experiment name
+    _full_disk_on_save(monkeypatch, 2, name_part='best_')
     with pytest.raises(OSError) as info:
-        _validating(run, 3, monkeypatch, fail_best=2).train()
+        _validating(run, 3).train()
     message = str(info.value)
     assert f'could not write the checkpoint {run / "best_score_epoch_2.pth"}' \
         in message and 'the previous best checkpoint is kept' in message
