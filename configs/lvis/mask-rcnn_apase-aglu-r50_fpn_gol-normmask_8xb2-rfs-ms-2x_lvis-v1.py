@@ -1,6 +1,6 @@
 # Mask R-CNN FPN on LVIS v1 with an APA*+AGLU ResNet-50 backbone, GOL,
 # normalised mask, RFS, multi-scale 2x (see the SE-ReLU config it inherits).
-# Paper 000, Table V: 29.1 mask AP / 29.0 box AP (SE-R50: 28.2 / 28.1).
+# Alexandridis et al. 2025, Table V: 29.1 mask AP / 29.0 box AP (SE-R50: 28.2 / 28.1).
 # Backbone from configs/imagenet/apase-aglu-r50_8xb32-coslr-100e_in1k.py.
 # Short name: configs/lvis/apa_mrcnn_r50.py.
 _base_ = [

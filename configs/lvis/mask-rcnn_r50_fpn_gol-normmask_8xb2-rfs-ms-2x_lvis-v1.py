@@ -1,7 +1,7 @@
 # Mask R-CNN FPN on LVIS v1 with a plain ResNet-50 (ReLU, no attention,
 # torchvision ImageNet weights), otherwise the recipe of the SE-ReLU config
 # it inherits: GOL, normalised mask with learnable scale, RFS, multi-scale 2x.
-# Paper 000, Table V row "GOL [15]", R50: 27.7 mask AP (AP^r 21.4, AP^c 27.7,
+# Alexandridis et al. 2025, Table V row "GOL [15]", R50: 27.7 mask AP (AP^r 21.4, AP^c 27.7,
 # AP^f 30.4), 27.5 box AP -- the GOL paper's own result (Alexandridis et al.,
 # Long-tailed instance segmentation using Gumbel optimized loss, 2022), whose
 # recipe may differ in details from the one here.

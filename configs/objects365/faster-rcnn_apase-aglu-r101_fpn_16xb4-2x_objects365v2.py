@@ -1,5 +1,5 @@
 # Faster R-CNN FPN with an APA*+AGLU ResNet-101 backbone on Objects365 v2
-# (2x). Paper 000, Table IX-b: 30.9 box AP (SE-R101: 29.3).
+# (2x). Alexandridis et al. 2025, Table IX-b: 30.9 box AP (SE-R101: 29.3).
 # Backbone from configs/imagenet/apase-aglu-r101_8xb32-coslr-100e_in1k.py.
 _base_ = [
     './faster-rcnn_se-relu-r50_fpn_16xb4-2x_objects365v2.py',

@@ -2,7 +2,7 @@
 # mmdet's Objects365 v2 recipe (365 classes, SGD lr 0.08 for batch 64 =
 # 16 GPUs x 4, grad clip 35; with 8 GPUs add --auto-scale-lr) on the 2x
 # schedule the paper uses for every detector (24 epochs, steps at 16, 22).
-# Paper 000, Table IX-b: 26.4 box AP.
+# Alexandridis et al. 2025, Table IX-b: 26.4 box AP.
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     'mmdet::objects365/faster-rcnn_r50_fpn_16xb4-1x_objects365v2.py',

@@ -1,5 +1,5 @@
 # Cascade R-CNN FPN with an SE-ResNet-50 (ReLU) backbone on V3Det (recipe of the plain
-# R50 config it inherits). Paper 000, Table IX-c: 33.3 box AP (31.6 plain R50).
+# R50 config it inherits). Alexandridis et al. 2025, Table IX-c: 33.3 box AP (31.6 plain R50).
 # Backbone from configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py.
 _base_ = [
     './cascade-rcnn_r50_fpn_8xb4-rfs-ms-2x_v3det.py',

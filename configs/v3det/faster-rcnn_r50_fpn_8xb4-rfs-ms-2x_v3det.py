@@ -3,7 +3,7 @@
 # multi-scale training, cosine (NormedLinear) classifier with sigmoid CE,
 # class-agnostic regression, AdamW lr 1e-4 wd 0.1 for batch 32 (8 GPUs x 4),
 # 2x (137520 iterations).
-# Paper 000, Table IX-c: 25.4 box AP.
+# Alexandridis et al. 2025, Table IX-c: 25.4 box AP.
 _base_ = [
     'mmdet::v3det/faster_rcnn_r50_fpn_8x4_sample1e-3_mstrain_v3det_2x.py',
 ]
