@@ -33,6 +33,8 @@ UPSTREAM_MODEL_MODULES: Dict[str, Tuple[Registry, ...]] = {
     'mmact.models.backbones': (MMDET_MODELS, MMPRETRAIN_MODELS),
     'mmact.models.heads': (MMPRETRAIN_MODELS, ),
     'mmact.models.losses': (MMDET_MODELS, ),
+    'mmact.models.layers.carafe': (MMDET_MODELS, ),
+    'mmact.models.roi_heads': (MMDET_MODELS, ),
 }
 
 

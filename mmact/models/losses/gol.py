@@ -151,6 +151,12 @@ class GOLLoss(nn.Module):
             present, else images are counted per category. Labels follow the
             order of its ``categories`` list.
         min_logit (float, optional): See :func:`gumbel_binary_cross_entropy`.
+        logit_range (tuple[float, float], optional): Clamp the logits to
+            this range before the loss, zeroing the gradient outside it, as
+            the APA authors' ``DropLoss`` does with (-10, 10) (GitHub
+            kostas1515/AGLU, ``mmdetection_v3.2/mmdet/models/losses/
+            droploss.py``; their released LVIS detectors were trained with
+            it). Needs ``min_logit=None``. Defaults to None (no clamp).
         use_drop_loss (bool): False gives plain Gumbel BCE (no frequencies
             needed), the "Gumbel" ablation.
         reduction (str): ``'mean'``, ``'sum'`` or ``'none'`` (per RoI).
@@ -167,6 +173,7 @@ class GOLLoss(nn.Module):
                  num_images: Optional[int] = None,
                  freq_file: Optional[str] = None,
                  min_logit: Optional[float] = -4.0,
+                 logit_range: Optional[Sequence[float]] = None,
                  use_drop_loss: bool = True,
                  reduction: str = 'mean',
                  loss_weight: float = 1.0,
@@ -176,6 +183,17 @@ class GOLLoss(nn.Module):
             raise ValueError(f'unknown reduction {reduction!r}')
         self.num_classes = num_classes
         self.rare_threshold = float(rare_threshold)
+        if logit_range is not None:
+            if min_logit is not None:
+                raise ValueError(
+                    'GOLLoss: logit_range clamps the logits where min_logit '
+                    'continues the loss linearly; give one of them (set '
+                    f'min_logit=None with logit_range={logit_range!r})')
+            if len(logit_range) != 2 or not logit_range[0] < logit_range[1]:
+                raise ValueError('GOLLoss: logit_range must be (low, high) '
+                                 f'with low < high, got {logit_range!r}')
+            logit_range = tuple(float(v) for v in logit_range)
+        self.logit_range = logit_range
         self.min_logit = min_logit
         self.use_drop_loss = use_drop_loss
         self.reduction = reduction
@@ -378,6 +396,8 @@ class GOLLoss(nn.Module):
         fg = (label >= 0) & (label < c)
         target = torch.zeros(n, c, device=cls_score.device)
         target[fg.nonzero(as_tuple=True)[0], label[fg]] = 1.0
+        if self.logit_range is not None:
+            cls_score = cls_score.clamp(*self.logit_range)
         loss = gumbel_binary_cross_entropy(
             cls_score, target, min_logit=self.min_logit)
         if self.use_drop_loss:

@@ -71,6 +71,32 @@ def test_loss_without_drop_is_mean_over_rois_of_class_sum():
         per_roi.sum() * 0.5)
 
 
+def test_logit_range_clamps_as_the_authors_drop_loss():
+    """logit_range=(-10, 10): the loss of the clamped logits, no gradient
+    outside; at large |logits| it differs from the linear continuation."""
+    s = torch.tensor([[-30.0, -10.5, -5.0, 3.0, 10.5, 40.0]],
+                     dtype=torch.float64).repeat(2, 1).requires_grad_()
+    labels = torch.tensor([0, 6])  # one positive (class 0), one background
+    loss = GOLLoss(use_drop_loss=False, min_logit=None, logit_range=(-10, 10))
+    value = loss(s, labels, reduction_override='none')
+    clamped = s.detach().clamp(-10, 10)
+    p = torch.exp(-torch.exp(-clamped))  # -log p = exp(-s) exactly
+    want = torch.stack([
+        torch.exp(-clamped[0, 0]) - torch.log1p(-p[0, 1:]).sum(),
+        -torch.log1p(-p[1]).sum()
+    ])
+    torch.testing.assert_close(value, want, rtol=1e-12, atol=0)
+    value.sum().backward()
+    outside = (s.detach() < -10) | (s.detach() > 10)
+    assert (s.grad[outside] == 0).all() and (s.grad[~outside] != 0).all()
+    linear = GOLLoss(use_drop_loss=False)(s, labels, reduction_override='none')
+    assert not torch.allclose(linear, value)
+    with pytest.raises(ValueError, match='set min_logit=None'):
+        GOLLoss(logit_range=(-10, 10))
+    with pytest.raises(ValueError, match='low < high'):
+        GOLLoss(min_logit=None, logit_range=(10, -10))
+
+
 def test_positive_term_continues_linearly_below_min_logit():
     s = torch.tensor([-10.0, -4.0, -2.0],
                      dtype=torch.float64,
