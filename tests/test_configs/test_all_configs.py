@@ -267,15 +267,34 @@ def test_lvis_settings(config):
     head = cfg.model.roi_head
     assert head.bbox_head.loss_cls.type == 'GOLLoss'
     assert dict(type='GOLFrequencyHook') in cfg.custom_hooks
-    fc_cls = [
-        i for i in head.bbox_head.init_cfg
-        if isinstance(i.get('override'), dict)
-        and i.override.get('name') == 'fc_cls'
-    ]
-    assert fc_cls == [dict(type='Constant', val=0.001, bias=-2.0,
-                           override=dict(name='fc_cls'))]
-    # Table XV: learnable normalised-mask scale
-    assert head.mask_head.predictor_cfg == dict(type='LearnableNormedConv2d')
+    # the authors' released LVIS models (kostas1515/AGLU,
+    # mmdetection_v3.2/configs/activations/mask_rcnn_r{50,101}_fpn_*_lvis_2x)
+    assert head.bbox_head.loss_cls.logit_range == (-10, 10)
+    assert head.bbox_head.loss_cls.min_logit is None
+    assert head.bbox_head.init_cfg == dict(
+        type='Constant', val=0.001, bias=-2.0, override=dict(name='fc_cls'))
+    if cfg.model.backbone.depth == 50:
+        assert head.mask_head.type == 'CARAFEMaskHead'
+        assert head.mask_head.upsample_cfg == dict(
+            type='carafe',
+            scale_factor=2,
+            up_kernel=5,
+            up_group=1,
+            encoder_kernel=3,
+            encoder_dilation=1,
+            compressed_channels=64)
+        # Table XV: learnable normalised-mask scale
+        assert head.mask_head.predictor_cfg == dict(
+            type='LearnableNormedConv2d')
+    elif 'se-relu' in config or 'apase-aglu' in config:
+        assert head.mask_head.type == 'FCNMaskHead'
+        assert head.mask_head.upsample_cfg == dict(
+            type='deconv', scale_factor=2)
+        assert head.mask_head.predictor_cfg == dict(
+            type='NormedConv2d', tempearture=20)
+    rcnn = cfg.model.test_cfg.rcnn
+    assert rcnn.nms == dict(type='nms', iou_threshold=0.3)
+    assert rcnn.mask_thr_binary == 0.4
     train = cfg.train_dataloader
     assert train.dataset.type == 'ClassBalancedDataset'
     assert train.dataset.oversample_thr == 1e-3
