@@ -9,6 +9,7 @@ from mmengine.registry import DefaultScope
 
 import mmact  # noqa: F401
 from mmact.models.backbones import ActResNet
+from mmact.ops.carafe import carafe_torch
 
 sys.path.insert(
     0, str(Path(__file__).resolve().parents[2] / 'tools' / 'model_converters'))
@@ -92,21 +93,92 @@ def test_classification_round_trip_loads_strictly():
     assert torch.equal(sd['head.fc.weight'], ref['fc.weight'])
 
 
-def test_detector_layout_and_cli(tmp_path):
-    model = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
-    ref = {f'backbone.{k}': v for k, v in reference_layout(model).items()}
-    ref['neck.lateral_convs.0.conv.weight'] = torch.rand(256, 256, 1, 1)
-    ref['rpn_head.rpn_conv.weight'] = torch.rand(256, 256, 3, 3)
+REPO = Path(__file__).resolve().parents[2]
+LVIS_R50 = ('configs/lvis/mask-rcnn_apase-aglu-r50_fpn_gol-normmask_8xb2-rfs-'
+            'ms-2x_lvis-v1.py')
+
+
+def lvis_detector(config=LVIS_R50):
+    from mmdet.registry import MODELS
+
+    from mmact.utils.preflight import load_config
+    cfg = load_config(str(REPO / config))
+    cfg.model.backbone.init_cfg = None
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        return MODELS.build(cfg.model)
+
+
+def authors_detector_layout(model):
+    """The authors' LVIS Mask R-CNN state dict (their key names: backbone
+    as their SE_ResNet, mmdet's names elsewhere, the learned mask scale as
+    the 0-d ``conv_logits.tempearture``), random values."""
+    ref = {}
+    for key, value in reference_layout(model).items():
+        if key.endswith('conv_logits.scale_root'):
+            key, value = key.replace('scale_root', 'tempearture'), \
+                value.reshape(()) + 4.0
+        ref[key] = value
+    return ref
+
+
+def test_lvis_detector_converts_loads_strictly_and_computes_theirs(tmp_path):
+    model = lvis_detector()
+    ref = authors_detector_layout(model)
     src = tmp_path / 'ref_det.pth'
     torch.save({'state_dict': ref, 'meta': {'epoch': 24}}, src)
     dst = tmp_path / 'mmact_det.pth'
     apa_to_mmact.main([str(src), str(dst)])
-    out = torch.load(dst, weights_only=True)
-    assert out['state_dict']['neck.lateral_convs.0.conv.weight'].shape == (256,
-                                                                           256,
-                                                                           1,
-                                                                           1)
-    assert 'backbone.layer1.0.attn.gate.kappa_param' in out['state_dict']
+    state = torch.load(dst, weights_only=True)['state_dict']
+    model.load_state_dict(state, strict=True)
+    _, report = convert_apa_checkpoint({'state_dict': ref})
+    assert report['config'] == LVIS_R50
+    head = model.roi_head.mask_head
+    # learned-scale predictor: tempearture ** 2 * cos(w, x) + b (theirs)
+    t = ref['roi_head.mask_head.conv_logits.tempearture']
+    w = ref['roi_head.mask_head.conv_logits.weight'][:, :, 0, 0]
+    b = ref['roi_head.mask_head.conv_logits.bias']
+    x = torch.randn(2, 256, 3, 3)
+    cos = torch.einsum('nchw,kc->nkhw', x / x.norm(dim=1, keepdim=True),
+                       w / w.norm(dim=1, keepdim=True))
+    torch.testing.assert_close(
+        head.conv_logits(x),
+        t**2 * cos + b[:, None, None],
+        rtol=1e-4,
+        atol=1e-4)
+    # CARAFE: their compressor / encoder weights, kernels normalised per
+    # output pixel, reassembled by the exact sum
+    compressed = torch.nn.functional.conv2d(
+        x, ref['roi_head.mask_head.upsample.channel_compressor.weight'],
+        ref['roi_head.mask_head.upsample.channel_compressor.bias'])
+    kernels = torch.nn.functional.conv2d(
+        compressed,
+        ref['roi_head.mask_head.upsample.content_encoder.weight'],
+        ref['roi_head.mask_head.upsample.content_encoder.bias'],
+        padding=1)
+    kernels = torch.nn.functional.pixel_shuffle(kernels, 2).softmax(1)
+    torch.testing.assert_close(
+        head.upsample(x), carafe_torch(x, kernels, 5, 1, 2))
+    # the backbone's APA gate kept its values
+    assert torch.equal(model.backbone.layer4[2].attn.gate.kappa_param,
+                       ref['backbone.layer4.2.se.uniact.kappa_param'])
+
+
+def test_r101_detector_is_matched_to_its_own_config():
+    config = LVIS_R50.replace('r50', 'r101')
+    ref = authors_detector_layout(lvis_detector(config))
+    assert not any(k.endswith('tempearture') for k in ref)  # fixed scale
+    _, report = convert_apa_checkpoint({'state_dict': ref})
+    assert report['config'] == config
+
+
+def test_backbone_only_detector_file_initialises_a_backbone(tmp_path):
+    model = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
+    ref = {f'backbone.{k}': v for k, v in reference_layout(model).items()}
+    ref['rpn_head.rpn_conv.weight'] = torch.rand(256, 256, 3, 3)
+    src = tmp_path / 'ref_det.pth'
+    torch.save({'state_dict': ref, 'meta': {'epoch': 24}}, src)
+    dst = tmp_path / 'mmact_backbone.pth'
+    apa_to_mmact.main([str(src), str(dst), '--backbone-only'])
     # the converted file initialises a backbone via init_cfg with a prefix
     backbone = ActResNet(
         50,
@@ -130,6 +202,20 @@ def test_detector_layout_and_cli(tmp_path):
         torch.load(src), backbone_only=True)
     assert all(k.startswith('backbone.') for k in dropped['state_dict'])
     assert 'rpn_head.rpn_conv.weight' in report['dropped']
+
+
+def test_detector_of_another_layout_is_refused_naming_keys():
+    model = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
+    ref = {f'backbone.{k}': v for k, v in reference_layout(model).items()}
+    ref['roi_head.bbox_head.fc_cls.g'] = torch.ones(13204)
+    ref['neck.lateral_convs.0.conv.weight'] = torch.rand(256, 256, 1, 1)
+    with pytest.raises(ValueError,
+                       match=r'1 detector keys match no conversion rule.*'
+                       r'roi_head\.bbox_head\.fc_cls\.g'):
+        convert_apa_checkpoint({'state_dict': ref})
+    del ref['roi_head.bbox_head.fc_cls.g']
+    with pytest.raises(ValueError, match='no mmact config has this detector'):
+        convert_apa_checkpoint({'state_dict': ref})
 
 
 def test_plain_se_reference_with_ddp_prefix():
@@ -180,3 +266,29 @@ def test_rejects_other_architectures_and_bad_keys():
         convert_apa_backbone(short)
     with pytest.raises(ValueError, match="no 'model' or 'state_dict'"):
         convert_apa_checkpoint({'epoch': 3, 'net': {}})
+
+
+def test_classifier_lambda_below_the_default_floor_sets_lambda_min():
+    """Their classification AGLU floors lambda at relu(l) + 1e-8: a lambda
+    below mmact's default 1e-4 floor needs lambda_min=1e-8."""
+    model = ActResNet(18, act_cfg=dict(type='AGLU'))
+    ref = reference_layout(model)
+    ref['layer2.1.unirect1.lambda_param'] = torch.tensor([-0.5])
+    converted, report = convert_apa_checkpoint({'model': ref})
+    act_cfg = report['backbone_cfg']['act_cfg']
+    assert act_cfg == dict(type='AGLU', lambda_min=1e-8)
+    target = ActResNet(18, act_cfg=act_cfg)
+    target.load_state_dict(
+        {
+            k[len('backbone.'):]: v
+            for k, v in converted['state_dict'].items()
+        },
+        strict=True)
+    act = target.layer2[1].act1
+    kappa = ref['layer2.1.unirect1.kappa_param']
+    x = torch.linspace(-3, 3, 7, dtype=torch.float64)
+    lam = torch.relu(torch.tensor(-0.5, dtype=torch.float64)) + 1e-8
+    theirs = x * (1 + lam * torch.exp(-kappa.double() * x))**(-1 / lam)
+    torch.testing.assert_close(act.double()(x), theirs, rtol=1e-6, atol=1e-8)
+    _, plain = convert_apa_checkpoint({'model': reference_layout(model)})
+    assert plain['backbone_cfg']['act_cfg'] == dict(type='AGLU')

@@ -5,9 +5,13 @@ Usage::
     python tools/model_converters/apa_to_mmact.py SRC DST [--backbone-only]
 
 Classification checkpoints (``{'model': ...}``) become mmpretrain
-``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``); detector files of
-the reference mmdet fork keep their neck/head keys. The inferred backbone
-config is printed; use it in the mmact config.
+``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``) and the inferred
+backbone config is printed (with ``lambda_min=1e-8`` where a lambda is below
+mmact's default floor: their classification AGLU floors at ``relu(l) +
+1e-8``). Full detector checkpoints of their LVIS Mask R-CNN (R50 with CARAFE
+and a learned mask scale, R101 with deconv and a fixed one) are matched to
+the mmact config of that model, checked to load into it with
+``strict=True``, and the config is printed.
 
 Reference layouts handled:
 
@@ -16,17 +20,18 @@ Reference layouts handled:
   ``layer{i}.{j}.conv{1,2,3}``, ``bn{1,2,3}``, ``unirect{1,2,3}.*`` (AGLU per
   position), ``downsample.{0,1}``, ``se.norm``, ``se.excitation.{0,2}``,
   ``se.uniact.*`` (APA gate) and the classifier ``fc.*``;
-- its mmdet-fork detector / backbone files: ``{'state_dict': ...}`` whose
-  backbone keys carry the ``backbone.`` prefix.
+- its mmdet-fork detector files (GitHub kostas1515/AGLU,
+  ``mmdetection_v3.2``): ``{'state_dict': ...}`` with ``backbone.*`` as
+  above and mmdet's FPN / RPN / RoI-head names, the mask scale as
+  ``roi_head.mask_head.conv_logits.tempearture`` (sic, shape ()).
 
 Mapping to :class:`mmact.models.backbones.ActResNet`: ``unirect{k}`` ->
 ``act{k}``; ``se.norm`` -> ``attn.norm``; ``se.excitation.0`` -> ``attn.fc1``;
 ``se.excitation.2`` -> ``attn.fc2``; ``se.uniact`` -> ``attn.gate``; ``fc`` ->
-``head.fc`` (mmpretrain ``LinearClsHead``); everything else keeps its name.
-Every source key is either mapped, passed through (non-backbone detector keys:
-neck / RPN / RoI heads keep their mmdet names) or explicitly dropped, and the
-backbone result is checked against the key set of the inferred ``ActResNet``
-config, so it loads with ``strict=True``.
+``head.fc`` (mmpretrain ``LinearClsHead``); ``conv_logits.tempearture`` ->
+``conv_logits.scale_root`` (shape (1,)); everything else keeps its name.
+Every source key matches a rule or is explicitly dropped (optimizer state
+and the like); a key that matches none is an error naming it.
 """
 import argparse
 import re
@@ -69,6 +74,34 @@ _DEPTHS = {
     ((3, 4, 23, 3), True): 101,
     ((3, 8, 36, 3), True): 152,
 }
+
+
+# (source pattern, target template) for the detector's other parts: the
+# authors' mmdet fork keeps mmdet's names, except the learned scale of the
+# normalised mask predictor (their ``NormedConv2d(learnable_temp=True)``
+# stores ``tempearture``, shape (); mmact's LearnableNormedConv2d stores
+# ``scale_root``, shape (1,), with the same meaning: scale = root ** 2).
+_HEAD_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
+    (r'^neck\.(lateral|fpn)_convs\.(\d+)\.conv\.(weight|bias)$',
+     r'neck.\1_convs.\2.conv.\3'),
+    (r'^rpn_head\.rpn_(conv|cls|reg)\.(weight|bias)$',
+     r'rpn_head.rpn_\1.\2'),
+    (r'^roi_head\.bbox_head\.(\d+\.)?(shared_fcs\.\d+|fc_cls|fc_reg)\.'
+     r'(weight|bias)$', r'roi_head.bbox_head.\1\2.\3'),
+    (r'^roi_head\.mask_head\.convs\.(\d+)\.conv\.(weight|bias)$',
+     r'roi_head.mask_head.convs.\1.conv.\2'),
+    # deconv, or CARAFE (mmcv CARAFEPack / mmact CARAFEUpsample keys)
+    (r'^roi_head\.mask_head\.upsample\.(weight|bias)$',
+     r'roi_head.mask_head.upsample.\1'),
+    (r'^roi_head\.mask_head\.upsample\.(channel_compressor|'
+     r'content_encoder)\.(weight|bias)$', r'roi_head.mask_head.upsample.\1.\2'),
+    (r'^roi_head\.mask_head\.conv_logits\.(weight|bias)$',
+     r'roi_head.mask_head.conv_logits.\1'),
+    (r'^roi_head\.mask_head\.conv_logits\.tempearture$',
+     r'roi_head.mask_head.conv_logits.scale_root'),
+]]
+# LVIS v1 categories: the authors' released Mask R-CNN detectors.
+_LVIS_CLASSES = 1203
 
 
 def _preview(keys: Iterable[str], n: int = 8) -> str:
@@ -312,24 +345,129 @@ def convert_apa_checkpoint(checkpoint: dict,
         }
         rest = {k: v for k, v in source.items() if re.match(r'^fc\.', k)}
     converted, cfg = convert_apa_backbone(backbone, validate=validate)
+    if layout == 'classification':
+        _set_lambda_min(cfg, backbone)
     out.update((f'backbone.{k}', v) for k, v in converted.items())
+    unmapped = []
     for key, value in rest.items():
         if backbone_only:
             dropped.append(key)
         elif layout == 'classification':
             out[f'head.{key}'] = value  # mmpretrain LinearClsHead.fc
         else:
-            out[key] = value  # neck / heads: mmdet names are unchanged
-            passed.append(key)
+            for pattern, template in _HEAD_RULES:
+                if pattern.match(key):
+                    out[pattern.sub(template, key)] = value
+                    passed.append(key)
+                    break
+            else:
+                unmapped.append(key)
+    if unmapped:
+        raise ValueError(
+            f'{len(unmapped)} detector keys match no conversion rule '
+            '(expected an FPN Mask R-CNN of the authors\' LVIS configs: '
+            'neck.*, rpn_head.*, roi_head.bbox_head.*, roi_head.mask_head.*):'
+            f' {_preview(unmapped)}')
+    config = None
+    if layout == 'detector' and not backbone_only:
+        config = matching_config(out, cfg)
+        if validate:
+            check_loads_strictly(out, config)
     meta = dict(
         converted_by='mmact ' + CONVERTER, layout=layout, backbone_cfg=cfg)
     report = dict(
         layout=layout,
         backbone_cfg=cfg,
+        config=config,
         dropped=dropped,
         passed_through=passed,
         num_keys=len(out))
     return dict(state_dict=out, meta=meta), report
+
+
+def _set_lambda_min(cfg: dict, backbone: Dict[str, torch.Tensor]) -> None:
+    """The authors' classification AGLU floors lambda at ``relu(l) + 1e-8``
+    (``classification/resnet_pytorch.py``), mmact's AGLU at ``lambda_min``
+    (1e-4 by default, their detectors' floor): below 1e-4 the converted
+    model needs ``lambda_min=1e-8`` to compute their outputs."""
+    lambdas = [
+        v for k, v in backbone.items()
+        if k.endswith('lambda_param') and '.se.' not in k
+    ]
+    if 'act_cfg' in cfg and lambdas and min(
+            float(v.min()) for v in lambdas) < 1e-4:
+        cfg['act_cfg'] = dict(cfg['act_cfg'], lambda_min=1e-8)
+
+
+def matching_config(state_dict: Dict[str, torch.Tensor],
+                    backbone_cfg: dict) -> str:
+    """The mmact config whose model the converted detector is.
+
+    Args:
+        state_dict (dict): Converted detector weights.
+        backbone_cfg (dict): The inferred backbone config.
+
+    Returns:
+        str: Config path relative to the repository root.
+
+    Raises:
+        ValueError: No shipped config has this architecture.
+    """
+    fc_cls = state_dict.get('roi_head.bbox_head.fc_cls.weight')
+    classes = None if fc_cls is None else fc_cls.shape[0]
+    has_mask = 'roi_head.mask_head.conv_logits.weight' in state_dict
+    act = backbone_cfg.get('act_cfg', {}).get('type')
+    attention = backbone_cfg.get('attention_cfg', {}).get('type')
+    variant = {
+        ('AGLU', 'APASELayer'): 'apase-aglu-',
+        (None, 'SEAttention'): 'se-relu-',
+        (None, None): '',
+    }.get((act, attention))
+    depth = backbone_cfg.get('depth')
+    if not has_mask or classes != _LVIS_CLASSES or variant is None or \
+            backbone_cfg['type'] != 'ActResNet' or depth not in (50, 101):
+        raise ValueError(
+            'no mmact config has this detector: expected the authors\' LVIS '
+            f'Mask R-CNN ({_LVIS_CLASSES} classes, R50 / R101, SE-ReLU or '
+            f'APA*+AGLU), got {classes} classes, mask head {has_mask}, '
+            f'backbone {backbone_cfg}')
+    return (f'configs/lvis/mask-rcnn_{variant}r{depth}_fpn_gol-normmask_'
+            '8xb2-rfs-ms-2x_lvis-v1.py')
+
+
+def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
+                         config: str) -> None:
+    """Build ``config``'s model and load ``state_dict`` into it with
+    ``strict=True`` (scalars reshaped as the model holds them).
+
+    Raises:
+        ValueError: Missing, unexpected or misshaped keys, listed.
+    """
+    from mmengine.registry import MODELS, DefaultScope
+
+    from mmact.utils.preflight import load_config
+    cfg = load_config(str(Path(__file__).resolve().parents[2] / config))
+    cfg.model.backbone.init_cfg = None  # no ImageNet checkpoint needed here
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        model = MODELS.build(cfg.model)
+    expected = model.state_dict()
+    for key, value in expected.items():
+        given = state_dict.get(key)
+        if given is not None and given.shape != value.shape and \
+                given.numel() == value.numel() == 1:
+            state_dict[key] = given.reshape(value.shape)
+    missing = sorted(set(expected) - set(state_dict))
+    extra = sorted(set(state_dict) - set(expected))
+    bad = [
+        f'{k}: {tuple(state_dict[k].shape)} vs {tuple(v.shape)}'
+        for k, v in expected.items()
+        if k in state_dict and state_dict[k].shape != v.shape
+    ]
+    if missing or extra or bad:
+        raise ValueError(f'the converted checkpoint does not fit {config}: '
+                         f'missing {_preview(missing)}; unexpected '
+                         f'{_preview(extra)}; shapes {bad[:8]}')
+    model.load_state_dict(state_dict, strict=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -366,8 +504,11 @@ def main(argv=None) -> None:
     print(f'{report["layout"]} checkpoint: {report["num_keys"]} keys -> '
           f'{args.dst}')
     print(f'backbone config: {report["backbone_cfg"]}')
+    if report['config']:
+        print(f'loads with strict=True into {report["config"]}; test with '
+              f'tools/dist_test.sh {report["config"]} {args.dst} 8')
     if report['passed_through']:
-        print(f'{len(report["passed_through"])} non-backbone keys kept as is')
+        print(f'{len(report["passed_through"])} neck / head keys mapped')
     if report['dropped']:
         print(f'dropped: {", ".join(report["dropped"])}')
 
