@@ -334,6 +334,15 @@ def test_v3det_settings(config):
     assert all(h.num_classes == 13204 for h in heads)
     assert cfg.train_dataloader.dataset.type == 'ClassBalancedDataset'
     assert cfg.optim_wrapper.optimizer.type == 'AdamW'
+    if 'se-relu' in config or 'apase-aglu' in config:
+        # the authors' V3Det models (kostas1515/AGLU, mmdetection_v3.2/
+        # configs/activations/se_*_v3det_2x_wc_{baseline,unirect}.py)
+        assert len(heads) == (3 if 'cascade' in config else 1)
+        for head in heads:
+            assert head.cls_predictor_cfg == dict(
+                type='WrappedCauchyLinear', s_trainable=False)
+            assert head.loss_cls == dict(
+                type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)
 
 
 @pytest.mark.parametrize('config', IMAGENET)

@@ -98,7 +98,7 @@ LVIS_R50 = ('configs/lvis/mask-rcnn_apase-aglu-r50_fpn_gol-normmask_8xb2-rfs-'
             'ms-2x_lvis-v1.py')
 
 
-def lvis_detector(config=LVIS_R50):
+def detector(config=LVIS_R50):
     from mmdet.registry import MODELS
 
     from mmact.utils.preflight import load_config
@@ -122,7 +122,7 @@ def authors_detector_layout(model):
 
 
 def test_lvis_detector_converts_loads_strictly_and_computes_theirs(tmp_path):
-    model = lvis_detector()
+    model = detector()
     ref = authors_detector_layout(model)
     src = tmp_path / 'ref_det.pth'
     torch.save({'state_dict': ref, 'meta': {'epoch': 24}}, src)
@@ -163,9 +163,44 @@ def test_lvis_detector_converts_loads_strictly_and_computes_theirs(tmp_path):
                        ref['backbone.layer4.2.se.uniact.kappa_param'])
 
 
+def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers():
+    config = ('configs/v3det/cascade-rcnn_apase-aglu-r50_fpn_8xb4-rfs-ms-2x_'
+              'v3det.py')
+    model = detector(config)
+    ref = {
+        key.replace('fc_cls.concentration_logit', 'fc_cls.g'): value
+        for key, value in reference_layout(model).items()
+    }
+    converted, report = convert_apa_checkpoint({'state_dict': ref})
+    assert report['config'] == config
+    model.load_state_dict(converted['state_dict'], strict=True)
+    # their WCLinear: s * (1 - g^2) / (2 * 3.14 * (1 + g^2 - 2 g cos))
+    fc_cls = model.roi_head.bbox_head[2].fc_cls
+    w = ref['roi_head.bbox_head.2.fc_cls.weight'][:5]
+    b = ref['roi_head.bbox_head.2.fc_cls.bias'][:5]
+    g = torch.sigmoid(ref['roi_head.bbox_head.2.fc_cls.g'][:5])
+    x = torch.randn(2, 1024)
+    cos = torch.nn.functional.normalize(x) @ \
+        torch.nn.functional.normalize(w).T + b
+    torch.testing.assert_close(
+        fc_cls(x)[:, :5],
+        300 * (1 - g**2) / (2 * 3.14 * (1 + g**2 - 2 * g * cos)),
+        rtol=1e-4,
+        atol=1e-4)
+    faster = config.replace('cascade', 'faster')
+    _, report = convert_apa_checkpoint({
+        'state_dict': {
+            key.replace('fc_cls.concentration_logit', 'fc_cls.g'): value
+            for key, value in reference_layout(
+                detector(faster)).items()
+        }
+    })
+    assert report['config'] == faster
+
+
 def test_r101_detector_is_matched_to_its_own_config():
     config = LVIS_R50.replace('r50', 'r101')
-    ref = authors_detector_layout(lvis_detector(config))
+    ref = authors_detector_layout(detector(config))
     assert not any(k.endswith('tempearture') for k in ref)  # fixed scale
     _, report = convert_apa_checkpoint({'state_dict': ref})
     assert report['config'] == config
@@ -207,13 +242,13 @@ def test_backbone_only_detector_file_initialises_a_backbone(tmp_path):
 def test_detector_of_another_layout_is_refused_naming_keys():
     model = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
     ref = {f'backbone.{k}': v for k, v in reference_layout(model).items()}
-    ref['roi_head.bbox_head.fc_cls.g'] = torch.ones(13204)
+    ref['roi_head.semantic_head.conv_logits.weight'] = torch.ones(3)
     ref['neck.lateral_convs.0.conv.weight'] = torch.rand(256, 256, 1, 1)
     with pytest.raises(ValueError,
                        match=r'1 detector keys match no conversion rule.*'
-                       r'roi_head\.bbox_head\.fc_cls\.g'):
+                       r'roi_head\.semantic_head\.conv_logits\.weight'):
         convert_apa_checkpoint({'state_dict': ref})
-    del ref['roi_head.bbox_head.fc_cls.g']
+    del ref['roi_head.semantic_head.conv_logits.weight']
     with pytest.raises(ValueError, match='no mmact config has this detector'):
         convert_apa_checkpoint({'state_dict': ref})
 

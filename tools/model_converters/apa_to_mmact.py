@@ -9,7 +9,8 @@ Classification checkpoints (``{'model': ...}``) become mmpretrain
 backbone config is printed (with ``lambda_min=1e-8`` where a lambda is below
 mmact's default floor: their classification AGLU floors at ``relu(l) +
 1e-8``). Full detector checkpoints of their LVIS Mask R-CNN (R50 with CARAFE
-and a learned mask scale, R101 with deconv and a fixed one) are matched to
+and a learned mask scale, R101 with deconv and a fixed one) and V3Det
+Faster / Cascade R-CNN (wrapped Cauchy classifier) are matched to
 the mmact config of that model, checked to load into it with
 ``strict=True``, and the config is printed.
 
@@ -29,7 +30,9 @@ Mapping to :class:`mmact.models.backbones.ActResNet`: ``unirect{k}`` ->
 ``act{k}``; ``se.norm`` -> ``attn.norm``; ``se.excitation.0`` -> ``attn.fc1``;
 ``se.excitation.2`` -> ``attn.fc2``; ``se.uniact`` -> ``attn.gate``; ``fc`` ->
 ``head.fc`` (mmpretrain ``LinearClsHead``); ``conv_logits.tempearture`` ->
-``conv_logits.scale_root`` (shape (1,)); everything else keeps its name.
+``conv_logits.scale_root`` (shape (1,)); ``fc_cls.g`` / ``fc_cls.s_`` ->
+``fc_cls.concentration_logit`` / ``fc_cls.scale``; everything else keeps its
+name.
 Every source key matches a rule or is explicitly dropped (optimizer state
 and the like); a key that matches none is an error naming it.
 """
@@ -88,6 +91,12 @@ _HEAD_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
      r'rpn_head.rpn_\1.\2'),
     (r'^roi_head\.bbox_head\.(\d+\.)?(shared_fcs\.\d+|fc_cls|fc_reg)\.'
      r'(weight|bias)$', r'roi_head.bbox_head.\1\2.\3'),
+    # their V3Det wrapped Cauchy classifier (WCLinear: g, s_) ->
+    # mmact WrappedCauchyLinear
+    (r'^roi_head\.bbox_head\.(\d+\.)?fc_cls\.g$',
+     r'roi_head.bbox_head.\1fc_cls.concentration_logit'),
+    (r'^roi_head\.bbox_head\.(\d+\.)?fc_cls\.s_$',
+     r'roi_head.bbox_head.\1fc_cls.scale'),
     (r'^roi_head\.mask_head\.convs\.(\d+)\.conv\.(weight|bias)$',
      r'roi_head.mask_head.convs.\1.conv.\2'),
     # deconv, or CARAFE (mmcv CARAFEPack / mmact CARAFEUpsample keys)
@@ -100,8 +109,11 @@ _HEAD_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
     (r'^roi_head\.mask_head\.conv_logits\.tempearture$',
      r'roi_head.mask_head.conv_logits.scale_root'),
 ]]
-# LVIS v1 categories: the authors' released Mask R-CNN detectors.
+# Classifier outputs of the authors' released detectors: LVIS v1 Mask R-CNN
+# (GOL: one per category, no background), V3Det Faster / Cascade R-CNN
+# (softmax: 13204 categories + background).
 _LVIS_CLASSES = 1203
+_V3DET_CLASSES = 13204 + 1
 
 
 def _preview(keys: Iterable[str], n: int = 8) -> str:
@@ -365,8 +377,9 @@ def convert_apa_checkpoint(checkpoint: dict,
     if unmapped:
         raise ValueError(
             f'{len(unmapped)} detector keys match no conversion rule '
-            '(expected an FPN Mask R-CNN of the authors\' LVIS configs: '
-            'neck.*, rpn_head.*, roi_head.bbox_head.*, roi_head.mask_head.*):'
+            '(expected an FPN detector of the authors\' LVIS / V3Det '
+            'configs: neck.*, rpn_head.*, roi_head.bbox_head.*, '
+            'roi_head.mask_head.*):'
             f' {_preview(unmapped)}')
     config = None
     if layout == 'detector' and not backbone_only:
@@ -413,7 +426,9 @@ def matching_config(state_dict: Dict[str, torch.Tensor],
     Raises:
         ValueError: No shipped config has this architecture.
     """
-    fc_cls = state_dict.get('roi_head.bbox_head.fc_cls.weight')
+    cascade = 'roi_head.bbox_head.0.fc_cls.weight' in state_dict
+    fc_cls = state_dict.get('roi_head.bbox_head.'
+                            f'{"0." if cascade else ""}fc_cls.weight')
     classes = None if fc_cls is None else fc_cls.shape[0]
     has_mask = 'roi_head.mask_head.conv_logits.weight' in state_dict
     act = backbone_cfg.get('act_cfg', {}).get('type')
@@ -424,15 +439,22 @@ def matching_config(state_dict: Dict[str, torch.Tensor],
         (None, None): '',
     }.get((act, attention))
     depth = backbone_cfg.get('depth')
-    if not has_mask or classes != _LVIS_CLASSES or variant is None or \
-            backbone_cfg['type'] != 'ActResNet' or depth not in (50, 101):
-        raise ValueError(
-            'no mmact config has this detector: expected the authors\' LVIS '
-            f'Mask R-CNN ({_LVIS_CLASSES} classes, R50 / R101, SE-ReLU or '
-            f'APA*+AGLU), got {classes} classes, mask head {has_mask}, '
-            f'backbone {backbone_cfg}')
-    return (f'configs/lvis/mask-rcnn_{variant}r{depth}_fpn_gol-normmask_'
-            '8xb2-rfs-ms-2x_lvis-v1.py')
+    if variant is not None and backbone_cfg['type'] == 'ActResNet':
+        if has_mask and not cascade and classes == _LVIS_CLASSES and \
+                depth in (50, 101):
+            return (f'configs/lvis/mask-rcnn_{variant}r{depth}_fpn_gol-'
+                    'normmask_8xb2-rfs-ms-2x_lvis-v1.py')
+        if not has_mask and classes == _V3DET_CLASSES and depth == 50:
+            detector = 'cascade' if cascade else 'faster'
+            return (f'configs/v3det/{detector}-rcnn_{variant}r50_fpn_8xb4-'
+                    'rfs-ms-2x_v3det.py')
+    raise ValueError(
+        'no mmact config has this detector: expected one of the authors\' '
+        f'released models, LVIS Mask R-CNN ({_LVIS_CLASSES} classes, R50 / '
+        f'R101) or V3Det Faster / Cascade R-CNN ({_V3DET_CLASSES} classifier '
+        'outputs, R50), with an SE-ReLU or APA*+AGLU backbone; got '
+        f'{classes} classifier outputs, cascade {cascade}, mask head '
+        f'{has_mask}, backbone {backbone_cfg}')
 
 
 def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
