@@ -2,15 +2,16 @@
 # (Alexandridis et al., Adaptive Parametric Activation, Table VI-a
 # "CBAM-ResNet50 w/ APA*+AGLU"): APA in place of both CBAM sigmoids, AGLU at
 # every activation position, recipe of the SE-ReLU baseline (Sec. VI-A).
-# Balanced ImageNet-1k init (appendix text with Table XV): APA kappa ~ U(0, 1),
-# AGLU kappa ~ U(1, 1.3), lambda ~ U(0, 1).
+# Init as the authors' classification code: APA kappa ~ U(0, 1) in their
+# CBAM gates (classification/cbam.py), AGLU kappa ~ U(0.8, 1.2)
+# (classification/resnet_pytorch.py), lambda ~ U(0, 1).
 # Paper (Table VI-a): 78.9 top-1 (CBAM-R50 78.3).
 _base_ = './se-relu-r50_8xb32-coslr-100e_in1k.py'
 
 apa_gate = dict(type='APA', kappa_init=(0.0, 1.0))
 model = dict(
     backbone=dict(
-        act_cfg=dict(_delete_=True, type='AGLU'),
+        act_cfg=dict(_delete_=True, type='AGLU', kappa_init=(0.8, 1.2)),
         attention_cfg=dict(
             _delete_=True,
             type='APACBAMAttention',

@@ -6,10 +6,4 @@ _base_ = [
     '../_base_/models/apase-aglu_resnet.py',
 ]
 
-model = dict(
-    backbone=dict(
-        _base_.apase_aglu_r101_cls,
-        _delete_=True,
-        attention_cfg=dict(
-            type='APASELayer',
-            gate_cfg=dict(type='APA', kappa_init=(0.0, 1.0)))))
+model = dict(backbone=dict(_base_.apase_aglu_r101_cls, _delete_=True))

@@ -9,10 +9,12 @@
 #   checkpoint that ImageNet config writes (prefix='backbone.' maps the
 #   classifier's backbone onto the detector's).
 # Use: model = dict(backbone=dict(_base_.aglu_r50_det, _delete_=True))
+# AGLU kappa ~ U(0.8, 1.2) as the authors' classification code
+# (apase-aglu_resnet.py); the detection variant keeps U(1, 1.3).
 aglu_r50_cls = dict(
     type='ActResNet',
     depth=50,
-    act_cfg=dict(type='AGLU'),
+    act_cfg=dict(type='AGLU', kappa_init=(0.8, 1.2)),
     attention_cfg=None,
     num_stages=4,
     out_indices=(3, ),
@@ -21,6 +23,7 @@ aglu_r50_cls = dict(
 aglu_r50_checkpoint = 'work_dirs/aglu-r50_8xb32-coslr-100e_in1k/epoch_100.pth'
 aglu_r50_det = dict(
     aglu_r50_cls,
+    act_cfg=dict(type='AGLU'),
     out_indices=(0, 1, 2, 3),
     frozen_stages=1,
     norm_cfg=dict(type='BN', requires_grad=True),

@@ -11,10 +11,17 @@
 #   the classifier's backbone onto the detector's.
 # Use: model = dict(backbone=dict(_delete_=True, **_base_.apase_aglu_r50_det))
 # The R101 variants are the R50 ones with depth 101 and their own checkpoint.
+# Inits follow the authors' code that trained the released models (GitHub
+# kostas1515/AGLU): APA gate kappa ~ U(-1, 0) (mmact's APA default) in both;
+# AGLU kappa ~ U(0.8, 1.2) in their classification code
+# (classification/resnet_pytorch.py), U(1, 1.3) (mmact's AGLU default) in
+# their detection backbone (mmdetection_v3.2/mmdet/models/backbones/
+# se_resnet.py); lambda ~ U(0, 1). The paper's appendix text gives APA
+# kappa ~ U(0, 1) for balanced ImageNet-1k (configs/README.md).
 apase_aglu_r50_cls = dict(
     type='ActResNet',
     depth=50,
-    act_cfg=dict(type='AGLU'),
+    act_cfg=dict(type='AGLU', kappa_init=(0.8, 1.2)),
     attention_cfg=dict(type='APASELayer'),
     num_stages=4,
     out_indices=(3, ),
@@ -24,6 +31,7 @@ apase_aglu_r50_checkpoint = ('work_dirs/apase-aglu-r50_8xb32-coslr-100e_in1k/'
                              'epoch_100.pth')
 apase_aglu_r50_det = dict(
     apase_aglu_r50_cls,
+    act_cfg=dict(type='AGLU'),
     out_indices=(0, 1, 2, 3),
     frozen_stages=1,
     norm_cfg=dict(type='BN', requires_grad=True),
