@@ -73,6 +73,7 @@ def test_classification_round_trip_loads_strictly():
     assert sorted(report['dropped']) == [
         '<top-level> args', '<top-level> epoch', '<top-level> optimizer'
     ]
+    assert report['config'] is None  # 10 classes: no shipped config
     from mmpretrain.registry import MODELS as CLS
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         classifier = CLS.build(
@@ -327,3 +328,18 @@ def test_classifier_lambda_below_the_default_floor_sets_lambda_min():
     torch.testing.assert_close(act.double()(x), theirs, rtol=1e-6, atol=1e-8)
     _, plain = convert_apa_checkpoint({'model': reference_layout(model)})
     assert plain['backbone_cfg']['act_cfg'] == dict(type='AGLU')
+
+
+def test_imagenet_classifier_is_matched_to_its_config(tmp_path, capsys):
+    model = ActResNet(101, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
+    ref = reference_layout(model)
+    ref['fc.weight'] = torch.rand(1000, 2048)
+    ref['fc.bias'] = torch.rand(1000)
+    ref['layer1.0.unirect1.lambda_param'] = torch.tensor([1e-6])
+    src, dst = tmp_path / 'se_r101.pth', tmp_path / 'out.pth'
+    torch.save({'model': ref, 'epoch': 99}, src)
+    apa_to_mmact.main([str(src), str(dst)])  # checks the strict load
+    printed = capsys.readouterr().out
+    config = 'configs/imagenet/apase-aglu-r101_8xb32-coslr-100e_in1k.py'
+    assert f'loads with strict=True into {config}' in printed
+    assert '--cfg-options model.backbone.act_cfg.lambda_min=1e-08' in printed

@@ -8,7 +8,9 @@ Classification checkpoints (``{'model': ...}``) become mmpretrain
 ``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``) and the inferred
 backbone config is printed (with ``lambda_min=1e-8`` where a lambda is below
 mmact's default floor: their classification AGLU floors at ``relu(l) +
-1e-8``). Full detector checkpoints of their LVIS Mask R-CNN (R50 with CARAFE
+1e-8``); an ImageNet-1k SE-ReLU / APA*+AGLU ResNet-50 / 101 / 152 is matched
+to its ``configs/imagenet`` config and checked to load strictly. Full
+detector checkpoints of their LVIS Mask R-CNN (R50 with CARAFE
 and a learned mask scale, R101 with deconv and a fixed one) and V3Det
 Faster / Cascade R-CNN (wrapped Cauchy classifier) are matched to
 the mmact config of that model, checked to load into it with
@@ -41,7 +43,7 @@ import re
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -384,8 +386,10 @@ def convert_apa_checkpoint(checkpoint: dict,
     config = None
     if layout == 'detector' and not backbone_only:
         config = matching_config(out, cfg)
-        if validate:
-            check_loads_strictly(out, config)
+    elif layout == 'classification' and not backbone_only:
+        config = matching_classifier_config(out, cfg)
+    if config is not None and validate:
+        check_loads_strictly(out, config)
     meta = dict(
         converted_by='mmact ' + CONVERTER, layout=layout, backbone_cfg=cfg)
     report = dict(
@@ -457,6 +461,26 @@ def matching_config(state_dict: Dict[str, torch.Tensor],
         f'{has_mask}, backbone {backbone_cfg}')
 
 
+def matching_classifier_config(state_dict: Dict[str, torch.Tensor],
+                               backbone_cfg: dict) -> Optional[str]:
+    """The ImageNet-1k config of a converted classifier (SE-ReLU or
+    APA*+AGLU ResNet-50 / 101 / 152 with a 1000-way linear ``fc``), None
+    for other classifiers (their backbone config is printed instead)."""
+    act = backbone_cfg.get('act_cfg', {}).get('type')
+    attention = backbone_cfg.get('attention_cfg', {}).get('type')
+    variant = {
+        ('AGLU', 'APASELayer'): 'apase-aglu',
+        (None, 'SEAttention'): 'se-relu'
+    }.get((act, attention))
+    fc = state_dict.get('head.fc.weight')
+    if variant is None or backbone_cfg['type'] != 'ActResNet' or \
+            backbone_cfg['depth'] not in (50, 101, 152) or fc is None or \
+            fc.shape[0] != 1000 or 'head.fc.bias' not in state_dict:
+        return None
+    return (f'configs/imagenet/{variant}-r{backbone_cfg["depth"]}_8xb32-'
+            'coslr-100e_in1k.py')
+
+
 def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
                          config: str) -> None:
     """Build ``config``'s model and load ``state_dict`` into it with
@@ -470,6 +494,7 @@ def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
     from mmact.utils.preflight import load_config
     cfg = load_config(str(Path(__file__).resolve().parents[2] / config))
     cfg.model.backbone.init_cfg = None  # no ImageNet checkpoint needed here
+    cfg.model.pop('init_cfg', None)
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
         model = MODELS.build(cfg.model)
     expected = model.state_dict()
@@ -527,8 +552,12 @@ def main(argv=None) -> None:
           f'{args.dst}')
     print(f'backbone config: {report["backbone_cfg"]}')
     if report['config']:
+        lambda_min = report['backbone_cfg'].get('act_cfg', {}).get('lambda_min')
+        options = '' if lambda_min is None else (
+            ' --cfg-options model.backbone.act_cfg.lambda_min='
+            f'{lambda_min:g}')
         print(f'loads with strict=True into {report["config"]}; test with '
-              f'tools/dist_test.sh {report["config"]} {args.dst} 8')
+              f'tools/dist_test.sh {report["config"]} {args.dst} 8{options}')
     if report['passed_through']:
         print(f'{len(report["passed_through"])} neck / head keys mapped')
     if report['dropped']:
