@@ -343,3 +343,46 @@ def test_imagenet_classifier_is_matched_to_its_config(tmp_path, capsys):
     config = 'configs/imagenet/apase-aglu-r101_8xb32-coslr-100e_in1k.py'
     assert f'loads with strict=True into {config}' in printed
     assert '--cfg-options model.backbone.act_cfg.lambda_min=1e-08' in printed
+
+
+CBAM_TO_REFERENCE = [
+    (r'\.attn\.channel_norm\.', '.cbam.ChannelGate.norm.'),
+    (r'\.attn\.channel_mlp\.0\.', '.cbam.ChannelGate.mlp.1.'),
+    (r'\.attn\.channel_mlp\.2\.', '.cbam.ChannelGate.mlp.3.'),
+    (r'\.attn\.channel_gate\.', '.cbam.ChannelGate.uniact.'),
+    (r'\.attn\.spatial_conv\.', '.cbam.SpatialGate.spatial.conv.'),
+    (r'\.attn\.spatial_norm\.', '.cbam.SpatialGate.spatial.bn.'),
+    (r'\.attn\.spatial_gate\.', '.cbam.SpatialGate.uniact.'),
+]
+
+
+def test_cbam_classifier_converts_into_the_apacbam_config(tmp_path, capsys):
+    """Their CBAM-R50 (classification/cbam.py: LayerNorm on the pooled
+    vectors, APA gates) -> configs/imagenet/apacbam-aglu-r50."""
+    from mmact.models.layers import APACBAMAttention
+    model = ActResNet(
+        50,
+        act_cfg=dict(type='AGLU'),
+        attention_cfg=dict(type='APACBAMAttention'))
+    ref = {}
+    for key, value in reference_layout(model).items():
+        for pattern, repl in CBAM_TO_REFERENCE:
+            key = re.sub(pattern, repl, key)
+        ref[key] = value
+    ref['fc.weight'], ref['fc.bias'] = torch.rand(1000, 2048), torch.rand(1000)
+    converted, report = convert_apa_checkpoint({'model': ref})
+    assert report['config'] == \
+        'configs/imagenet/apacbam-aglu-r50_8xb32-coslr-100e_in1k.py'
+    assert report['backbone_cfg']['attention_cfg']['use_norm'] is True
+    state = {
+        k[len('backbone.'):]: v
+        for k, v in converted['state_dict'].items()
+        if k.startswith('backbone.')
+    }
+    model.load_state_dict(state, strict=True)
+    attn = model.layer2[1].attn
+    assert isinstance(attn, APACBAMAttention)
+    assert torch.equal(attn.channel_norm.weight,
+                       ref['layer2.1.cbam.ChannelGate.norm.weight'])
+    assert torch.equal(attn.spatial_gate.kappa_param,
+                       ref['layer2.1.cbam.SpatialGate.uniact.kappa_param'])

@@ -8,7 +8,8 @@ Classification checkpoints (``{'model': ...}``) become mmpretrain
 ``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``) and the inferred
 backbone config is printed (with ``lambda_min=1e-8`` where a lambda is below
 mmact's default floor: their classification AGLU floors at ``relu(l) +
-1e-8``); an ImageNet-1k SE-ReLU / APA*+AGLU ResNet-50 / 101 / 152 is matched
+1e-8``); an ImageNet-1k SE-ReLU / APA*+AGLU ResNet-50 / 101 / 152 or
+APA*-CBAM+AGLU ResNet-50 is matched
 to its ``configs/imagenet`` config and checked to load strictly. Full
 detector checkpoints of their LVIS Mask R-CNN (R50 with CARAFE
 and a learned mask scale, R101 with deconv and a fixed one) and V3Det
@@ -22,7 +23,9 @@ Reference layouts handled:
   with keys ``conv1``, ``bn1``, ``relu.{lambda,kappa}_param`` (stem AGLU),
   ``layer{i}.{j}.conv{1,2,3}``, ``bn{1,2,3}``, ``unirect{1,2,3}.*`` (AGLU per
   position), ``downsample.{0,1}``, ``se.norm``, ``se.excitation.{0,2}``,
-  ``se.uniact.*`` (APA gate) and the classifier ``fc.*``;
+  ``se.uniact.*`` (APA gate), or ``cbam.ChannelGate.{norm,mlp.1,mlp.3,
+  uniact}`` / ``cbam.SpatialGate.{spatial.conv,spatial.bn,uniact}`` (their
+  CBAM), and the classifier ``fc.*``;
 - its mmdet-fork detector files (GitHub kostas1515/AGLU,
   ``mmdetection_v3.2``): ``{'state_dict': ...}`` with ``backbone.*`` as
   above and mmdet's FPN / RPN / RoI-head names, the mask scale as
@@ -30,7 +33,9 @@ Reference layouts handled:
 
 Mapping to :class:`mmact.models.backbones.ActResNet`: ``unirect{k}`` ->
 ``act{k}``; ``se.norm`` -> ``attn.norm``; ``se.excitation.0`` -> ``attn.fc1``;
-``se.excitation.2`` -> ``attn.fc2``; ``se.uniact`` -> ``attn.gate``; ``fc`` ->
+``se.excitation.2`` -> ``attn.fc2``; ``se.uniact`` -> ``attn.gate``; CBAM's
+gates -> ``APACBAMAttention``'s ``channel_norm``, ``channel_mlp.{0,2}``,
+``channel_gate``, ``spatial_conv``, ``spatial_norm``, ``spatial_gate``; ``fc`` ->
 ``head.fc`` (mmpretrain ``LinearClsHead``); ``conv_logits.tempearture`` ->
 ``conv_logits.scale_root`` (shape (1,)); ``fc_cls.g`` / ``fc_cls.s_`` ->
 ``fc_cls.concentration_logit`` / ``fc_cls.scale``; everything else keeps its
@@ -71,6 +76,21 @@ _RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
     (r'^layer(\d+)\.(\d+)\.se\.excitation\.2\.(weight|bias)$',
      r'layer\1.\2.attn.fc2.\3'),
     (rf'^layer(\d+)\.(\d+)\.se\.uniact\.{_ACT}$', r'layer\1.\2.attn.gate.\3'),
+    # CBAM (their classification/cbam.py) -> APACBAMAttention
+    (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.norm\.(weight|bias)$',
+     r'layer\1.\2.attn.channel_norm.\3'),
+    (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.mlp\.1\.(weight|bias)$',
+     r'layer\1.\2.attn.channel_mlp.0.\3'),
+    (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.mlp\.3\.(weight|bias)$',
+     r'layer\1.\2.attn.channel_mlp.2.\3'),
+    (rf'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.uniact\.{_ACT}$',
+     r'layer\1.\2.attn.channel_gate.\3'),
+    (r'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.spatial\.conv\.weight$',
+     r'layer\1.\2.attn.spatial_conv.weight'),
+    (rf'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.spatial\.bn\.{_BN}$',
+     r'layer\1.\2.attn.spatial_norm.\3'),
+    (rf'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.uniact\.{_ACT}$',
+     r'layer\1.\2.attn.spatial_gate.\3'),
 ]]
 _DEPTHS = {
     ((2, 2, 2, 2), False): 18,
@@ -215,6 +235,28 @@ def infer_backbone_config(state_dict: Dict[str, torch.Tensor]) -> dict:
                 gate_cfg=dict(type='APA') if apa_gate else dict(
                     type='Sigmoid'))
         cfg['attention_cfg'] = attention
+    cbam_keys = [k for k in state_dict if '.cbam.ChannelGate.mlp.1.weight' in k]
+    if cbam_keys:
+        if se_keys or len(cbam_keys) != sum(stage_blocks):
+            raise ValueError(f'CBAM found in {len(cbam_keys)} of '
+                             f'{sum(stage_blocks)} blocks (and SE in '
+                             f'{len(se_keys)}); ActResNet puts one attention '
+                             'in every block')
+        weight = state_dict['layer1.0.cbam.ChannelGate.mlp.1.weight']
+
+        def gate(part: str) -> dict:
+            return dict(type='APA') if (
+                f'layer1.0.cbam.{part}.uniact.kappa_param'
+                in state_dict) else dict(type='Sigmoid')
+
+        # their ChannelGate always has the LayerNorm and Dropout(0.1)
+        cfg['attention_cfg'] = dict(
+            type='APACBAMAttention',
+            ratio=weight.shape[1] // weight.shape[0],
+            use_norm='layer1.0.cbam.ChannelGate.norm.weight' in state_dict,
+            dropout=0.1,
+            channel_gate_cfg=gate('ChannelGate'),
+            spatial_gate_cfg=gate('SpatialGate'))
     return cfg
 
 
@@ -409,7 +451,8 @@ def _set_lambda_min(cfg: dict, backbone: Dict[str, torch.Tensor]) -> None:
     model needs ``lambda_min=1e-8`` to compute their outputs."""
     lambdas = [
         v for k, v in backbone.items()
-        if k.endswith('lambda_param') and '.se.' not in k
+        if k.endswith('lambda_param') and '.se.' not in k and
+        '.cbam.' not in k  # their gates floor at 1e-4, as mmact's
     ]
     if 'act_cfg' in cfg and lambdas and min(
             float(v.min()) for v in lambdas) < 1e-4:
@@ -467,14 +510,19 @@ def matching_classifier_config(state_dict: Dict[str, torch.Tensor],
     APA*+AGLU ResNet-50 / 101 / 152 with a 1000-way linear ``fc``), None
     for other classifiers (their backbone config is printed instead)."""
     act = backbone_cfg.get('act_cfg', {}).get('type')
-    attention = backbone_cfg.get('attention_cfg', {}).get('type')
+    attention = backbone_cfg.get('attention_cfg', {})
+    gates = (attention.get('channel_gate_cfg', {}).get('type'),
+             attention.get('spatial_gate_cfg', {}).get('type'))
     variant = {
         ('AGLU', 'APASELayer'): 'apase-aglu',
-        (None, 'SEAttention'): 'se-relu'
-    }.get((act, attention))
+        (None, 'SEAttention'): 'se-relu',
+        ('AGLU', 'APACBAMAttention'): 'apacbam-aglu'
+        if gates == ('APA', 'APA') and attention.get('use_norm') else None,
+    }.get((act, attention.get('type')))
     fc = state_dict.get('head.fc.weight')
+    depths = (50, ) if variant == 'apacbam-aglu' else (50, 101, 152)
     if variant is None or backbone_cfg['type'] != 'ActResNet' or \
-            backbone_cfg['depth'] not in (50, 101, 152) or fc is None or \
+            backbone_cfg['depth'] not in depths or fc is None or \
             fc.shape[0] != 1000 or 'head.fc.bias' not in state_dict:
         return None
     return (f'configs/imagenet/{variant}-r{backbone_cfg["depth"]}_8xb32-'

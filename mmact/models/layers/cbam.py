@@ -1,15 +1,17 @@
 """CBAM: channel then spatial attention (Woo et al., CBAM: Convolutional
 Block Attention Module, 2018), and its APA* form.
 
-    channel:  a_c = gate_c(Dropout(MLP(AvgPool(x))) + Dropout(MLP(MaxPool(x))))
+    channel:  a_c = gate_c(Dropout(MLP(N(AvgPool(x)))) + Dropout(MLP(N(MaxPool(x)))))
     spatial:  a_s = gate_s(BN(Conv_kxk([max_C(x'), mean_C(x')])))
     output:   x' * a_s,   x' = x * a_c
 
 Alexandridis et al., Adaptive Parametric Activation, 2024 replace both
 sigmoid gates by APA (Table VI-a "CBAM-ResNet50 w/ APA*+AGLU", Table IV-b
-"Spatial / Spatial + Channel + APA"). Their code also ends the shared MLP in
-``Dropout(0.1)`` and normalises the spatial map with a BatchNorm (momentum
-0.01, as CBAM's code); both are options here.
+"Spatial / Spatial + Channel + APA"). Their code (GitHub kostas1515/AGLU,
+``classification/cbam.py``) also layer-normalises each pooled vector (``N``)
+before the shared MLP, ends the MLP in ``Dropout(0.1)`` and normalises the
+spatial map with a BatchNorm (momentum 0.01, as CBAM's code); all are
+options here.
 
 Like :mod:`.channel_attention`, the layers live in mmengine's root ``MODELS``
 and take ``in_channels`` first, so they work as ``attention_cfg`` of
@@ -38,6 +40,9 @@ class APACBAMAttention(BaseModule):
         squeeze_channels (int, optional): Hidden width of the channel MLP.
         dropout (float): Dropout after the channel MLP; 0 disables it.
             Defaults to 0.1 (the APA authors' code).
+        use_norm (bool): LayerNorm on each pooled vector before the channel
+            MLP (``channel_norm``). Defaults to True (the APA authors'
+            code).
         kernel_size (int): Odd size of the spatial conv. Defaults to 7.
         use_channel (bool): Apply the channel gate. Defaults to True.
         use_spatial (bool): Apply the spatial gate. Defaults to True.
@@ -60,6 +65,7 @@ class APACBAMAttention(BaseModule):
                  ratio: int = 16,
                  squeeze_channels: Optional[int] = None,
                  dropout: float = 0.1,
+                 use_norm: bool = True,
                  kernel_size: int = 7,
                  use_channel: bool = True,
                  use_spatial: bool = True,
@@ -104,6 +110,8 @@ class APACBAMAttention(BaseModule):
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
             self.channel_mlp = nn.Sequential(*layers)
+            self.channel_norm = nn.LayerNorm(in_channels) if use_norm \
+                else nn.Identity()
             self.channel_gate = build_activation_layer(channel_gate_cfg)
         self.spatial_conv = None
         if use_spatial:
@@ -122,8 +130,9 @@ class APACBAMAttention(BaseModule):
                 f', H, W) inputs but got shape {tuple(x.shape)}; check the '
                 'plugin position / in_channels')
         if self.channel_mlp is not None:
-            pooled = self.channel_mlp(x.mean(dim=(2, 3))) + self.channel_mlp(
-                x.amax(dim=(2, 3)))
+            pooled = self.channel_mlp(self.channel_norm(
+                x.mean(dim=(2, 3)))) + self.channel_mlp(
+                    self.channel_norm(x.amax(dim=(2, 3))))
             x = x * self.channel_gate(pooled)[:, :, None, None]
         if self.spatial_conv is not None:
             # channel-wise max and mean (CBAM's order)
@@ -145,13 +154,14 @@ class APACBAMAttention(BaseModule):
 
 @MODELS.register_module()
 class CBAMAttention(APACBAMAttention):
-    """CBAM as Woo et al. define it: sigmoid gates, no dropout.
+    """CBAM as Woo et al. define it: sigmoid gates, no dropout, no norm.
 
     Args:
         in_channels (int): Channels C of the input (and output).
         ratio (int): Squeeze ratio r. Defaults to 16.
         squeeze_channels (int, optional): Hidden width, overrides ``ratio``.
         dropout (float): Dropout after the channel MLP. Defaults to 0.
+        use_norm (bool): LayerNorm on the pooled vectors. Defaults to False.
         kernel_size (int): Spatial conv size. Defaults to 7.
         use_channel (bool): Apply the channel gate. Defaults to True.
         use_spatial (bool): Apply the spatial gate. Defaults to True.
@@ -170,6 +180,7 @@ class CBAMAttention(APACBAMAttention):
                  ratio: int = 16,
                  squeeze_channels: Optional[int] = None,
                  dropout: float = 0.0,
+                 use_norm: bool = False,
                  kernel_size: int = 7,
                  use_channel: bool = True,
                  use_spatial: bool = True,
@@ -183,6 +194,7 @@ class CBAMAttention(APACBAMAttention):
             ratio=ratio,
             squeeze_channels=squeeze_channels,
             dropout=dropout,
+            use_norm=use_norm,
             kernel_size=kernel_size,
             use_channel=use_channel,
             use_spatial=use_spatial,

@@ -81,8 +81,32 @@ def test_registry_plugin_and_actresnet():
     plain = ActResNet(50, attention_cfg=dict(type='CBAMAttention'))
     n_apa = sum(p.numel() for p in backbone.parameters()) - sum(
         p.numel() for p in plain.parameters())
-    # 16 blocks x 2 gates x (kappa, lambda) + 49 AGLU x (kappa, lambda)
-    assert n_apa == 16 * 2 * 2 + 49 * 2
+    # 16 blocks x 2 gates x (kappa, lambda) + 49 AGLU x (kappa, lambda),
+    # and the authors' LayerNorm on the pooled vectors (2 C per block)
+    norms = 2 * sum(b.attn.in_channels for layer in
+                    (backbone.layer1, backbone.layer2, backbone.layer3,
+                     backbone.layer4) for b in layer)
+    assert n_apa == 16 * 2 * 2 + 49 * 2 + norms
+
+
+def test_authors_layer_norm_before_the_shared_mlp():
+    """classification/cbam.py of kostas1515/AGLU: LayerNorm on each pooled
+    vector, then the shared MLP (with dropout), summed, then the gate."""
+    torch.manual_seed(0)
+    layer = APACBAMAttention(32, ratio=4, use_spatial=False).eval()
+    with torch.no_grad():
+        layer.channel_norm.weight.uniform_(0.5, 1.5)
+        layer.channel_norm.bias.uniform_(-0.2, 0.2)
+    x = torch.randn(2, 32, 5, 6)
+
+    def branch(v):
+        return layer.channel_mlp(F.layer_norm(v, (32, ),
+                                              layer.channel_norm.weight,
+                                              layer.channel_norm.bias))
+
+    a_c = layer.channel_gate(branch(x.mean((2, 3))) + branch(x.amax((2, 3))))
+    torch.testing.assert_close(layer(x), x * a_c[:, :, None, None])
+    assert isinstance(CBAMAttention(32, ratio=4).channel_norm, nn.Identity)
 
 
 def test_bad_arguments_are_named():
