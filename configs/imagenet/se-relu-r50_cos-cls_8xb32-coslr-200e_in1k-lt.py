@@ -1,7 +1,7 @@
 # SE-ResNet-50 (ReLU) on ImageNet-LT, the long-tailed baseline of Alexandridis
 # et al. 2025 (Sec. V-B, Table XV): 200 epochs, SGD lr 0.2 for batch 256 (8
 # GPUs x 32), warm-up + cosine, weight decay 1e-4 (none on biases), mixup 0.2,
-# AutoAugment, cosine classifier with scale 16.
+# AutoAugment, cosine-normalised classifier with scale 16.
 # Paper (Table II): 56.0 top-1 (Many 66.2, Medium 53.1, Few 37.1), with
 # post-compensated softmax (PC-Softmax, Table XIX: +5.4pp): the head predicts
 # from logits - log(training prior). ShotAccuracy splits top-1 into Many /
@@ -15,16 +15,17 @@ train_ann_file = 'data/imagenet/meta/ImageNet_LT_train.txt'
 model = dict(
     head=dict(
         _delete_=True,
-        # Cosine classifier: scale * cos(feature, class weight); ArcFace with
-        # zero margin is exactly that. PC-Softmax: predictions (val/test) from
+        # Cosine-normalised classifier as the authors' ImageNet-LT models
+        # (GitHub kostas1515/AGLU, classification/resnet_cifar.py,
+        # CosNorm_Classifier; Liu et al. 2019): 16 * <x / (1 + |x|),
+        # w / |w|>, no bias. PC-Softmax: predictions (val/test) from
         # logits - log(training prior); training and the checkpoint keys are
-        # those of ArcFaceClsHead.
-        type='PCSoftmaxArcFaceClsHead',
+        # those of CosNormClsHead (head.fc.weight).
+        type='PCSoftmaxCosNormClsHead',
         train_ann_file=train_ann_file,
         num_classes=1000,
         in_channels=2048,
         scale=16.0,
-        margins=0.0,
         loss=dict(type='CrossEntropyLoss', loss_weight=1.0, use_soft=True)))
 
 train_dataloader = dict(

@@ -386,3 +386,22 @@ def test_cbam_classifier_converts_into_the_apacbam_config(tmp_path, capsys):
                        ref['layer2.1.cbam.ChannelGate.norm.weight'])
     assert torch.equal(attn.spatial_gate.kappa_param,
                        ref['layer2.1.cbam.SpatialGate.uniact.kappa_param'])
+
+
+def test_imagenet_lt_resnext_matches_its_long_tailed_config():
+    """Their ImageNet-LT SE-X50: cosine-normalised classifier, fc.weight
+    only -> configs/imagenet/apase-aglu-x50_cos-cls_..._in1k-lt.py."""
+    from mmact.models.backbones import ActResNeXt
+    model = ActResNeXt(
+        50,
+        groups=32,
+        width_per_group=4,
+        act_cfg=dict(type='AGLU'),
+        attention_cfg=APA_STAR)
+    ref = reference_layout(model)
+    ref['fc.weight'] = torch.rand(1000, 2048)
+    converted, report = convert_apa_checkpoint({'model': ref})  # strict
+    assert report['config'] == ('configs/imagenet/apase-aglu-x50_cos-cls_'
+                                '8xb32-coslr-200e_in1k-lt.py')
+    assert torch.equal(converted['state_dict']['head.fc.weight'],
+                       ref['fc.weight'])

@@ -9,7 +9,8 @@ Classification checkpoints (``{'model': ...}``) become mmpretrain
 backbone config is printed (with ``lambda_min=1e-8`` where a lambda is below
 mmact's default floor: their classification AGLU floors at ``relu(l) +
 1e-8``); an ImageNet-1k SE-ReLU / APA*+AGLU ResNet-50 / 101 / 152 or
-APA*-CBAM+AGLU ResNet-50 is matched
+APA*-CBAM+AGLU ResNet-50, or an ImageNet-LT ResNet-50 / ResNeXt-50 (cosine
+classifier without bias) is matched
 to its ``configs/imagenet`` config and checked to load strictly. Full
 detector checkpoints of their LVIS Mask R-CNN (R50 with CARAFE
 and a learned mask scale, R101 with deconv and a fixed one) and V3Det
@@ -520,13 +521,23 @@ def matching_classifier_config(state_dict: Dict[str, torch.Tensor],
         if gates == ('APA', 'APA') and attention.get('use_norm') else None,
     }.get((act, attention.get('type')))
     fc = state_dict.get('head.fc.weight')
-    depths = (50, ) if variant == 'apacbam-aglu' else (50, 101, 152)
-    if variant is None or backbone_cfg['type'] != 'ActResNet' or \
-            backbone_cfg['depth'] not in depths or fc is None or \
-            fc.shape[0] != 1000 or 'head.fc.bias' not in state_dict:
+    if variant is None or fc is None or fc.shape[0] != 1000:
         return None
-    return (f'configs/imagenet/{variant}-r{backbone_cfg["depth"]}_8xb32-'
-            'coslr-100e_in1k.py')
+    depth = backbone_cfg['depth']
+    if 'head.fc.bias' not in state_dict:
+        # their ImageNet-LT models: cosine-normalised classifier, no bias
+        network = {
+            ('ActResNet', 50): 'r50',
+            ('ActResNeXt', 50): 'x50'
+        }.get((backbone_cfg['type'], depth))
+        if network is None or variant == 'apacbam-aglu':
+            return None
+        return (f'configs/imagenet/{variant}-{network}_cos-cls_8xb32-coslr-'
+                '200e_in1k-lt.py')
+    depths = (50, ) if variant == 'apacbam-aglu' else (50, 101, 152)
+    if backbone_cfg['type'] != 'ActResNet' or depth not in depths:
+        return None
+    return (f'configs/imagenet/{variant}-r{depth}_8xb32-coslr-100e_in1k.py')
 
 
 def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
@@ -543,6 +554,12 @@ def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
     cfg = load_config(str(Path(__file__).resolve().parents[2] / config))
     cfg.model.backbone.init_cfg = None  # no ImageNet checkpoint needed here
     cfg.model.pop('init_cfg', None)
+    head = cfg.model.get('head') or {}
+    if str(head.get('type', '')).startswith('PCSoftmax'):
+        # the training prior is data read from the ImageNet-LT split, not a
+        # weight (a non-persistent buffer): the plain head has the same keys
+        head.type = head.type[len('PCSoftmax'):]
+        head.pop('train_ann_file')
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
         model = MODELS.build(cfg.model)
     expected = model.state_dict()

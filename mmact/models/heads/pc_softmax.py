@@ -17,10 +17,11 @@ from mmpretrain.models.heads import ArcFaceClsHead, LinearClsHead
 from mmpretrain.registry import MODELS
 
 from mmact.datasets.class_counts import class_counts_from_ann_file
+from .cos_norm import CosNormClsHead
 
 __all__ = [
     'PostCompensatedSoftmaxMixin', 'PCSoftmaxLinearClsHead',
-    'PCSoftmaxArcFaceClsHead'
+    'PCSoftmaxArcFaceClsHead', 'PCSoftmaxCosNormClsHead'
 ]
 
 
@@ -77,3 +78,10 @@ class PCSoftmaxLinearClsHead(PostCompensatedSoftmaxMixin, LinearClsHead):
 class PCSoftmaxArcFaceClsHead(PostCompensatedSoftmaxMixin, ArcFaceClsHead):
     """``ArcFaceClsHead`` (with ``margins=0.0`` a cosine classifier) with
     PC-Softmax predictions."""
+
+
+@MODELS.register_module()
+class PCSoftmaxCosNormClsHead(PostCompensatedSoftmaxMixin, CosNormClsHead):
+    """:class:`~mmact.models.heads.CosNormClsHead` with PC-Softmax
+    predictions: the APA authors' ImageNet-LT classifier (cosine
+    normalisation, scale 16, PC-Softmax at test)."""
