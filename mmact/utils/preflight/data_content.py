@@ -265,9 +265,10 @@ def _load_and_check(dataset: BaseDataset, where: str,
     if not kept:
         raise DataCheckError(
             f'{source}: {where}.filter_cfg={dataset.filter_cfg!r} removes '
-            f'all {len(data_list)} samples (none has an annotation of the '
-            f'{len(dataset.metainfo.get("classes") or ())} classes kept). '
-            f'Check {where}.metainfo.classes, or set filter_cfg=None.')
+            f'all {len(data_list)} samples (filter_empty_gt: none has an '
+            f'annotation of the {len(dataset.metainfo.get("classes") or ())}'
+            ' classes kept; min_size: every image is smaller). Check '
+            f'{where}.metainfo.classes and filter_cfg.')
     _check_labels(kept, dataset.metainfo, source, where, heads)
     if dropped and warn:
         reasons = ', '.join(f'{n} {reason}'
