@@ -77,8 +77,12 @@ def test_plot_activations_initial_state(cls_configs, tmp_path):
     types = [layer['type'] for layer in layers]
     # ResNet-50: 16 bottlenecks x 3 AGLU + stem AGLU; 16 APA gates
     assert types.count('AGLU') == 49 and types.count('APA') == 16
-    assert all(1.0 <= layer['kappa'][0] <= 1.3 for layer in layers
-               if layer['type'] == 'AGLU')  # paper init U(1, 1.3)
+    # the authors' classification code's init (configs/README.md): AGLU
+    # kappa ~ U(0.8, 1.2), APA gate kappa ~ U(-1, 0)
+    assert all(0.8 <= layer['kappa'][0] <= 1.2 for layer in layers
+               if layer['type'] == 'AGLU')
+    assert all(-1.0 <= layer['kappa'][0] <= 0.0 for layer in layers
+               if layer['type'] == 'APA')
 
 
 def test_plot_activations_reads_the_checkpoint(cls_configs, tmp_path):
