@@ -3,8 +3,8 @@
 # "CBAM-ResNet50 w/ APA*+AGLU"): APA in place of both CBAM sigmoids, AGLU at
 # every activation position, recipe of the SE-ReLU baseline (Sec. VI-A). As
 # the authors' CBAM (classification/cbam.py), the pooled vectors are
-# layer-normalised before the shared MLP, which ends in dropout 0.1
-# (APACBAMAttention's defaults), so their CBAM-R50 converts into this config.
+# layer-normalised before the shared MLP (use_norm), which ends in dropout 0.1,
+# so their CBAM-R50 converts into this config.
 # Init as the authors' classification code: APA kappa ~ U(0, 1) in their
 # CBAM gates (classification/cbam.py), AGLU kappa ~ U(0.8, 1.2)
 # (classification/resnet_pytorch.py), lambda ~ U(0, 1).
@@ -18,5 +18,6 @@ model = dict(
         attention_cfg=dict(
             _delete_=True,
             type='APACBAMAttention',
+            use_norm=True,
             channel_gate_cfg=apa_gate,
             spatial_gate_cfg=apa_gate)))

@@ -363,7 +363,7 @@ def test_cbam_classifier_converts_into_the_apacbam_config(tmp_path, capsys):
     model = ActResNet(
         50,
         act_cfg=dict(type='AGLU'),
-        attention_cfg=dict(type='APACBAMAttention'))
+        attention_cfg=dict(type='APACBAMAttention', use_norm=True))
     ref = {}
     for key, value in reference_layout(model).items():
         for pattern, repl in CBAM_TO_REFERENCE:

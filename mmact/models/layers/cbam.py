@@ -41,8 +41,8 @@ class APACBAMAttention(BaseModule):
         dropout (float): Dropout after the channel MLP; 0 disables it.
             Defaults to 0.1 (the APA authors' code).
         use_norm (bool): LayerNorm on each pooled vector before the channel
-            MLP (``channel_norm``). Defaults to True (the APA authors'
-            code).
+            MLP (``channel_norm``), as the APA authors' code. Defaults to
+            False, so checkpoints of the layer without it keep loading.
         kernel_size (int): Odd size of the spatial conv. Defaults to 7.
         use_channel (bool): Apply the channel gate. Defaults to True.
         use_spatial (bool): Apply the spatial gate. Defaults to True.
@@ -65,7 +65,7 @@ class APACBAMAttention(BaseModule):
                  ratio: int = 16,
                  squeeze_channels: Optional[int] = None,
                  dropout: float = 0.1,
-                 use_norm: bool = True,
+                 use_norm: bool = False,
                  kernel_size: int = 7,
                  use_channel: bool = True,
                  use_spatial: bool = True,

@@ -55,6 +55,13 @@ class WrappedCauchyLinear(nn.Linear):
                  learnable_init_value: float = 50.0,
                  gamma: float = 1.0,
                  eps: float = 1e-6) -> None:
+        if s_trainable and not learnable_init_value > 0:
+            raise ValueError('WrappedCauchyLinear: learnable_init_value (the '
+                             'initial scale) must be > 0, got '
+                             f'{learnable_init_value!r}')
+        if not eps > 0:
+            raise ValueError(f'WrappedCauchyLinear: eps must be > 0, got '
+                             f'{eps!r}')
         super().__init__(in_features, out_features, bias=bias)
         self.eps = eps
         self.concentration_logit = nn.Parameter(

@@ -61,3 +61,10 @@ def test_bias_shifts_the_cosine(bias):
     cos = 1 / math.sqrt(2) + bias
     want = 300 * (1 - 0.25) / (2 * 3.14 * (1 + 0.25 - cos))
     assert layer(x).item() == pytest.approx(want, rel=1e-5)  # eps in norms
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match='learnable_init_value .* got -1'):
+        WrappedCauchyLinear(4, 2, learnable_init_value=-1)
+    with pytest.raises(ValueError, match='eps must be > 0, got 0'):
+        WrappedCauchyLinear(4, 2, eps=0)
