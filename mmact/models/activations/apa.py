@@ -5,11 +5,15 @@ from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
+from mmcv.cnn.bricks.hsigmoid import HSigmoid
+from mmcv.cnn.bricks.hswish import HSwish
+from mmcv.cnn.bricks.swish import Swish
 from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 from torch import Tensor
 
 from mmact.ops import aglu, apa
+from mmact.ops.match import fit_gate
 
 from .base import LearnableActivation
 
@@ -140,6 +144,29 @@ class _AdaptiveParametric(LearnableActivation, BaseModule):
             'lambda': self.lambda_param.detach().clamp(min=self.lambda_min)
         }
 
+    def match(self, target: nn.Module, means: Tensor, stds: Tensor,
+              tolerance: float) -> Tensor:
+        """Fit kappa and lambda to ``target``
+        (:meth:`LearnableActivation.match`; :func:`mmact.ops.match.fit_gate`
+        with one pair, or one per channel when ``num_parameters`` > 1)."""
+        kind = self.match_kind(target)
+        if kind is None:
+            raise self.unmatched_error(target)
+        if self.num_parameters > 1 and means.numel() != self.num_parameters:
+            raise ValueError(
+                f'{type(self).__name__} has num_parameters='
+                f'{self.num_parameters} but the input statistics of the '
+                f'{type(target).__name__} it replaces have {means.numel()} '
+                'channels')
+        fit = fit_gate(self._family, target, kind, means, stds,
+                       self.num_parameters == 1, tolerance)
+        with torch.no_grad():
+            self.kappa_param.copy_(fit.kappa.expand_as(self.kappa_param))
+            self.lambda_param.copy_(
+                fit.lambda_.clamp_min(self.lambda_min).expand_as(
+                    self.lambda_param))
+        return fit.error
+
     def _check(self, x: Tensor) -> None:
         if self.num_parameters > 1:
             dim = self.channel_dim % max(x.dim(), 1)
@@ -171,7 +198,8 @@ class APA(_AdaptiveParametric):
         \mathrm{APA}(x) = (\lambda e^{-\kappa x} + 1)^{-1/\lambda}
 
     ``kappa = lambda = 1`` is the sigmoid, ``lambda -> 0`` the Gumbel gate.
-    It is the gate of APA* channel attention and of AGLU.
+    It is the gate of APA* channel attention and of AGLU. :meth:`match`
+    sets it to a Sigmoid it replaces exactly and fits Hardsigmoid.
 
     Args:
         num_parameters (int): 1 for one shared ``(kappa, lambda)`` per layer
@@ -194,6 +222,9 @@ class APA(_AdaptiveParametric):
 
     _default_kappa = (-1.0, 0.0)
     _default_lambda = (0.0, 1.0)
+    _family = 'apa'
+    match_targets = ((nn.Sigmoid, 'exact'), (nn.Hardsigmoid, 'best'),
+                     (HSigmoid, 'best'))
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply APA.
@@ -218,7 +249,9 @@ class AGLU(_AdaptiveParametric):
 
     ``kappa = lambda = 1`` is SiLU; ``kappa = 1.702, lambda = 1`` the sigmoid
     GELU approximation; large ``kappa`` tends to ReLU and large ``lambda``
-    to the identity.
+    to the identity. :meth:`match` sets it to a SiLU / Swish it replaces
+    exactly, fits GELU, Hardswish and Mish, and approaches ReLU with the
+    smallest kappa that reaches the tolerance (:mod:`mmact.ops.match`).
 
     Args:
         num_parameters (int): 1 for one shared ``(kappa, lambda)`` per layer
@@ -241,6 +274,10 @@ class AGLU(_AdaptiveParametric):
 
     _default_kappa = (1.0, 1.3)
     _default_lambda = (0.0, 1.0)
+    _family = 'aglu'
+    match_targets = ((nn.SiLU, 'exact'), (Swish, 'exact'), (nn.ReLU, 'limit'),
+                     (nn.GELU, 'best'), (nn.Hardswish, 'best'),
+                     (HSwish, 'best'), (nn.Mish, 'best'))
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply AGLU.

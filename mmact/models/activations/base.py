@@ -12,19 +12,27 @@ its own file:
 * :meth:`~LearnableActivation.forward_stats`, for activations whose
   behaviour depends on the input (FleS): statistics of one forward pass;
 * ``pointwise``: whether ``forward`` is one fixed elementwise curve once the
-  parameters are known (curves and ``E[f(X)]`` are then plotted).
+  parameters are known (curves and ``E[f(X)]`` are then plotted);
+* ``match_targets`` and :meth:`~LearnableActivation.match`: the activations
+  it can stand in for and the fit of its parameters to one of them (the
+  function-preserving swap of :mod:`mmact.models.utils.match`).
 
 Nothing else in mmact lists activation types, so a new activation touches
 only its own file (see ``docs/contributing.md``).
 """
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch.nn as nn
 from torch import Tensor
 
 __all__ = [
-    'LearnableActivation', 'has_forward_stats', 'no_decay_parameters'
+    'LearnableActivation', 'has_forward_stats', 'no_decay_parameters',
+    'PENDING_MATCH'
 ]
+
+# Attribute of an activation whose function-preserving fit waits for the
+# model's first forward (set by mmact.models.utils.match).
+PENDING_MATCH = '_pending_match'
 
 
 class LearnableActivation:
@@ -41,10 +49,65 @@ class LearnableActivation:
         pointwise (bool): ``forward`` applies one elementwise curve per
             parameter set. Pointwise activations with per-channel
             parameters also expose ``num_parameters`` and ``channel_dim``.
+        match_targets (tuple[tuple[type, str]]): ``(activation class, kind)``
+            pairs :meth:`match` can fit; kinds as in
+            :func:`mmact.ops.match.fit_gate` (``'exact'``, ``'best'``,
+            ``'limit'``). Empty: no fit is declared.
     """
 
     no_decay_params: Tuple[str, ...] = ()
     pointwise: bool = True
+    match_targets: Tuple[Tuple[type, str], ...] = ()
+
+    def match_kind(self, target: nn.Module) -> Optional[str]:
+        """How :meth:`match` fits ``target`` (None: it cannot).
+
+        Args:
+            target (nn.Module): The activation to stand in for.
+        """
+        for cls, kind in self.match_targets:
+            if isinstance(target, cls):
+                return kind
+        return None
+
+    def match(self, target: nn.Module, means: Tensor, stds: Tensor,
+              tolerance: float) -> Tensor:
+        """Set the parameters so that this activation computes ``target``
+        (exactly, or as closely as declared) on inputs ``N(means, stds^2)``
+        per channel.
+
+        Args:
+            target (nn.Module): The activation being replaced.
+            means (Tensor): Per-channel input means, shape (C,).
+            stds (Tensor): Per-channel input standard deviations, (C,).
+            tolerance (float): Relative error a fit to a limit of the
+                family (ReLU for AGLU) must reach.
+
+        Returns:
+            Tensor: Relative RMS error reached (one value, or per channel).
+
+        Raises:
+            TypeError: No fit to ``target`` is declared.
+        """
+        raise self.unmatched_error(target)
+
+    def unmatched_error(self, target: nn.Module) -> TypeError:
+        """The error for a ``target`` without a declared fit."""
+        declared = sorted({cls.__name__ for cls, _ in self.match_targets})
+        return TypeError(
+            f'{type(self).__name__} cannot stand in for '
+            f'{type(target).__name__}: it declares no function-preserving fit '
+            f'to it (it can match: {", ".join(declared) or "nothing"}). '
+            'Swap without match=True, or choose an activation that declares '
+            'one (APA for Sigmoid gates; AGLU for ReLU, SiLU, GELU, ...).')
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Parameters a checkpoint provides are trained values: a fit that
+        # waits for the first forward must not overwrite them.
+        if any(prefix + name in state_dict
+               for name, _ in self.named_parameters(recurse=False)):
+            self.__dict__.pop(PENDING_MATCH, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def activation_stats(self) -> Dict[str, Tensor]:
         """Learned values as the forward uses them (after clamps).

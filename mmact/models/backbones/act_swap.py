@@ -7,7 +7,8 @@ from mmdet.registry import MODELS as MMDET_MODELS
 from mmengine.registry import MODELS
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from mmact.models.utils.swap import TypeSpec, swap_activations
+from mmact.models.utils.match import DEFAULT_TOLERANCE, defer_match
+from mmact.models.utils.swap import TypeSpec, replace_activations
 
 __all__ = ['ActSwapBackbone']
 
@@ -27,7 +28,9 @@ def ActSwapBackbone(backbone: dict,
                     act_cfg: dict,
                     target_types: Sequence[TypeSpec] = ('ReLU', ),
                     untie: bool = False,
-                    exclude: Optional[Sequence[str]] = None) -> nn.Module:
+                    exclude: Optional[Sequence[str]] = None,
+                    match: bool = False,
+                    tolerance: float = DEFAULT_TOLERANCE) -> nn.Module:
     """Build ``backbone`` and swap its activations (:func:`swap_activations`).
 
     A builder function, not a wrapper module: it returns the inner backbone
@@ -50,12 +53,23 @@ def ActSwapBackbone(backbone: dict,
             shared ``relu`` its own activation. Defaults to False.
         exclude (Sequence[str], optional): fnmatch patterns of module names
             to keep.
+        match (bool): Fit every new activation to the one it replaces
+            (function-preserving swap, :mod:`mmact.models.utils.match`). The
+            fit runs on the backbone's first forward, after
+            ``init_cfg=dict(type='Pretrained', ...)`` and ``load_from``
+            loaded the weights it reads; activations whose parameters a
+            checkpoint provides (resume, an mmact checkpoint) keep them.
+            Defaults to False.
+        tolerance (float): Relative RMS error per layer a fit to ReLU must
+            reach (docs/design.md section 3.4). Defaults to 1e-2.
 
     Returns:
         nn.Module: The built backbone, activations swapped.
     """
     model = MODELS.build(backbone)
-    swap_activations(model, act_cfg, target_types, untie, exclude)
+    swaps = replace_activations(model, act_cfg, target_types, untie, exclude)
+    if match:
+        defer_match(model, swaps, tolerance)
     # The new modules were created after upstream froze its stages.
     if hasattr(model, '_freeze_stages'):
         model._freeze_stages()

@@ -22,13 +22,21 @@ gives every position its own parameters. Two ways to untie them:
 import copy
 import importlib
 from fnmatch import fnmatch
-from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import (Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
+                    Type, Union)
 
 import torch
 import torch.nn as nn
+from mmengine.logging import print_log
 from mmengine.registry import MODELS
 
-__all__ = ['swap_activations', 'untie_activations', 'known_shared_activations']
+from .match import (DEFAULT_TOLERANCE, Swap, check_matchable, format_records,
+                    input_moments, match_activations)
+
+__all__ = [
+    'swap_activations', 'replace_activations', 'untie_activations',
+    'known_shared_activations'
+]
 
 TypeSpec = Union[str, Type[nn.Module]]
 
@@ -156,32 +164,19 @@ def _resolve_types(
     return tuple(resolved)
 
 
-def swap_activations(model: nn.Module,
-                     act_cfg: dict,
-                     target_types: Union[TypeSpec,
-                                         Sequence[TypeSpec]] = (nn.ReLU, ),
-                     untie: bool = False,
-                     exclude: Optional[Sequence[str]] = None) -> List[str]:
-    """Replace activation modules of ``model`` in place.
-
-    A module object registered under several names, or called at several
-    positions by its parent, is replaced by one shared new module (see the
-    module docstring); pass ``untie=True`` to split the known ResNet blocks'
-    shared ``relu`` first.
+def replace_activations(
+        model: nn.Module,
+        act_cfg: dict,
+        target_types: Union[TypeSpec, Sequence[TypeSpec]] = (nn.ReLU, ),
+        untie: bool = False,
+        exclude: Optional[Sequence[str]] = None,
+        before: Optional[Callable[[List[Swap]], None]] = None) -> List[Swap]:
+    """:func:`swap_activations` returning ``(name, new, replaced)`` triples
+    (every name of a shared module), for callers that fit the new modules.
 
     Args:
-        model (nn.Module): Any built model (a backbone, a detector, ...).
-        act_cfg (dict): Config of the new activation, e.g.
-            ``dict(type='AGLU')``; built once per replaced module.
-        target_types (type | str | sequence): Classes to replace (exact or
-            subclasses), as classes or names (``'ReLU'``). Defaults to
-            ``nn.ReLU``.
-        untie (bool): Call :func:`untie_activations` first. Defaults to False.
-        exclude (sequence[str], optional): fnmatch patterns of module names to
-            keep, e.g. ``['*.se_layer.*']`` to leave attention internals.
-
-    Returns:
-        list[str]: Names of the replaced modules (every name of a shared one).
+        before (callable, optional): Called with the triples after the new
+            modules are built and before any is put into ``model``.
     """
     if not isinstance(act_cfg, dict) or 'type' not in act_cfg:
         raise TypeError(f'act_cfg must be a dict with "type", got {act_cfg!r}')
@@ -190,7 +185,7 @@ def swap_activations(model: nn.Module,
         untie_activations(model)
     new_by_old: Dict[int, nn.Module] = {}
     new_ids = set()
-    swapped = []
+    places = []
     for parent_name, parent in list(
             model.named_modules(remove_duplicate=False)):
         for child_name, child in list(parent._modules.items()):
@@ -205,6 +200,73 @@ def swap_activations(model: nn.Module,
                 new = MODELS.build(copy.deepcopy(act_cfg))
                 new_by_old[id(child)] = new
                 new_ids.add(id(new))
-            setattr(parent, child_name, new_by_old[id(child)])
-            swapped.append(full)
-    return swapped
+            places.append((parent, child_name, full, child))
+    swaps = [(full, new_by_old[id(child)], child)
+             for _, _, full, child in places]
+    if before is not None:
+        before(swaps)
+    for parent, child_name, _, child in places:
+        setattr(parent, child_name, new_by_old[id(child)])
+    return swaps
+
+
+def swap_activations(
+        model: nn.Module,
+        act_cfg: dict,
+        target_types: Union[TypeSpec, Sequence[TypeSpec]] = (nn.ReLU, ),
+        untie: bool = False,
+        exclude: Optional[Sequence[str]] = None,
+        match: bool = False,
+        tolerance: float = DEFAULT_TOLERANCE,
+        example_input: Union[torch.Tensor, Sequence[int], None] = None,
+        calibration: Optional[Iterable] = None) -> List[str]:
+    """Replace activation modules of ``model`` in place.
+
+    A module object registered under several names, or called at several
+    positions by its parent, is replaced by one shared new module (see the
+    module docstring); pass ``untie=True`` to split the known ResNet blocks'
+    shared ``relu`` first.
+
+    With ``match=True`` each new activation is fitted to the one it
+    replaces (:mod:`mmact.models.utils.match`): Sigmoid -> APA and
+    SiLU -> AGLU exactly, ReLU -> AGLU with the smallest kappa within
+    ``tolerance``, GELU -> AGLU by the best fit. Load the pretrained
+    weights first: the fit reads the BatchNorms.
+
+    Args:
+        model (nn.Module): Any built model (a backbone, a detector, ...).
+        act_cfg (dict): Config of the new activation, e.g.
+            ``dict(type='AGLU')``; built once per replaced module.
+        target_types (type | str | sequence): Classes to replace (exact or
+            subclasses), as classes or names (``'ReLU'``). Defaults to
+            ``nn.ReLU``.
+        untie (bool): Call :func:`untie_activations` first. Defaults to False.
+        exclude (sequence[str], optional): fnmatch patterns of module names to
+            keep, e.g. ``['*.se_layer.*']`` to leave attention internals.
+        match (bool): Fit the new activations to the replaced ones. Defaults
+            to False (their init ranges).
+        tolerance (float): Relative RMS error per layer that a fit to a
+            limit of the family (ReLU) must reach, and above which a fit is
+            reported in a warning. Defaults to 1e-2.
+        example_input (Tensor | sequence[int], optional): Input or input
+            shape of the data-free forward; defaults to
+            ``(4, model.in_channels, 224, 224)``.
+        calibration (iterable, optional): Batches ``model`` is called on to
+            measure the inputs instead (eval mode).
+
+    Returns:
+        list[str]: Names of the replaced modules (every name of a shared one).
+    """
+    moments = {}
+
+    def measure(swaps):
+        check_matchable(swaps)
+        moments.update(
+            input_moments(model, swaps, example_input, calibration))
+
+    swaps = replace_activations(model, act_cfg, target_types, untie, exclude,
+                                measure if match else None)
+    if match:
+        records = match_activations(swaps, moments, tolerance)
+        print_log(format_records(records), logger='current')
+    return [name for name, _, _ in swaps]
