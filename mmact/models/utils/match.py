@@ -164,18 +164,20 @@ def _make_input(model: nn.Module,
     if isinstance(example_input, Tensor):
         return example_input
     if example_input is None:
-        in_channels = getattr(model, 'in_channels', None)
-        if not isinstance(in_channels, int):
+        # The first 2-d convolution registered is the stem of a backbone.
+        stem = next((m for m in model.modules() if isinstance(m, nn.Conv2d)),
+                    None)
+        if stem is None:
             raise ValueError(
                 'match=True: the data-free fit runs the model once on noise '
-                f'and {type(model).__name__} has no int `in_channels` to '
-                'shape it: pass example_input (a tensor or a shape such as '
+                f'and {type(model).__name__} has no Conv2d to shape it by: '
+                'pass example_input (a tensor or a shape such as '
                 '(4, 3, 224, 224)) or calibration batches')
-        example_input = (4, in_channels, 224, 224)
+        example_input = (4, stem.in_channels, 224, 224)
     param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device('cpu')
     generator = torch.Generator().manual_seed(0)
-    return torch.randn(tuple(example_input), generator=generator).to(device)
+    noise = torch.randn(tuple(example_input), generator=generator)
+    return noise if param is None else noise.to(param)
 
 
 def input_moments(model: nn.Module,
@@ -191,7 +193,8 @@ def input_moments(model: nn.Module,
         swaps (sequence): ``(name, new, replaced)`` triples.
         example_input (Tensor | sequence[int], optional): Input (or input
             shape, filled with seeded noise) of the data-free forward.
-            Defaults to ``(4, model.in_channels, 224, 224)``.
+            Defaults to ``(4, C, 224, 224)``, C the input channels of the
+            first ``Conv2d`` of ``model``.
         calibration (iterable, optional): Batches; each is passed to
             ``forward`` in eval mode under ``no_grad``.
         forward (callable, optional): What to call with an input. Defaults

@@ -249,8 +249,8 @@ def swap_activations(
             limit of the family (ReLU) must reach, and above which a fit is
             reported in a warning. Defaults to 1e-2.
         example_input (Tensor | sequence[int], optional): Input or input
-            shape of the data-free forward; defaults to
-            ``(4, model.in_channels, 224, 224)``.
+            shape of the data-free forward; defaults to ``(4, C, 224, 224)``,
+            C the input channels of the first ``Conv2d``.
         calibration (iterable, optional): Batches ``model`` is called on to
             measure the inputs instead (eval mode).
 
