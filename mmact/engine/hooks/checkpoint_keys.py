@@ -17,6 +17,8 @@ from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.registry import HOOKS
 from torch.nn.parameter import is_lazy
 
+from mmact.models.activations.base import PENDING_MATCH
+
 __all__ = [
     'KeyMismatch', 'CheckpointMismatchError', 'checkpoint_mismatch',
     'CheckpointKeysHook'
@@ -77,8 +79,11 @@ def checkpoint_mismatch(model: nn.Module, checkpoint: Dict) -> KeyMismatch:
     Keys are revised as ``Runner.load_checkpoint`` does (``module.`` prefix
     stripped); model wrappers and test-time-augmentation models are
     unwrapped; ``num_batches_tracked`` counters, which mmengine does not
-    require either, are not reported missing. Lazy parameters (FleS before
-    its first forward) take the checkpoint's shape and are not compared.
+    require either, are not reported missing, nor are the parameters of
+    activations that will be fitted to the ones they replaced on the first
+    forward (``ActSwapBackbone(match=True)``: a ReLU checkpoint is what they
+    start from). Lazy parameters (FleS before its first forward) take the
+    checkpoint's shape and are not compared.
 
     Args:
         model (nn.Module): The model the checkpoint will be loaded into.
@@ -94,10 +99,17 @@ def checkpoint_mismatch(model: nn.Module, checkpoint: Dict) -> KeyMismatch:
         for pattern, replacement in _REVISE_KEYS:
             key = re.sub(pattern, replacement, key)
         revised[key] = value
-    expected = _unwrap(model).state_dict()
+    model = _unwrap(model)
+    expected = model.state_dict()
+    to_fit = {
+        f'{name}.{param}' if name else param
+        for name, module in model.named_modules()
+        if PENDING_MATCH in module.__dict__
+        for param, _ in module.named_parameters(recurse=False)
+    }
     missing = [
-        key for key in expected
-        if key not in revised and not key.endswith('num_batches_tracked')
+        key for key in expected if key not in revised and key not in to_fit
+        and not key.endswith('num_batches_tracked')
     ]
     unexpected = [key for key in revised if key not in expected]
     shape = []

@@ -96,3 +96,19 @@ def test_hook_raises_or_warns(capsys):
     CheckpointKeysHook(strict=False).after_load_checkpoint(runner, state)
     CheckpointKeysHook().after_load_checkpoint(
         runner, {'state_dict': Net().state_dict()})
+
+
+def test_activations_waiting_for_their_fit_are_not_missing():
+    """A ReLU checkpoint is what a match=True swap starts from; once fitted,
+    the activations' keys count again."""
+    from mmact.models.utils import defer_match, replace_activations
+    relu = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    state = relu.state_dict()
+    swaps = replace_activations(relu, dict(type='AGLU'))
+    defer_match(relu, swaps)
+    assert not checkpoint_mismatch(relu, state)
+    relu.eval()
+    relu(torch.randn(1, 3, 8, 8))  # fits
+    assert checkpoint_mismatch(relu, state).missing == [
+        '2.kappa_param', '2.lambda_param'
+    ]
