@@ -15,10 +15,11 @@ channel (each sum has one term). Targets are of three kinds:
 - ``'best'``: ``f`` has a best approximation at finite ``kappa`` (GELU is
   closest to AGLU at ``kappa`` ~ 1.7, ``lambda`` ~ 1): ``err`` is minimised;
 - ``'limit'``: ``f`` is reached only as ``kappa -> inf`` (ReLU). ``err``
-  falls like ``(kappa s)^-1.5`` while the function's sensitivity to
-  ``log kappa``, i.e. how fast kappa can still learn, falls like
-  ``(kappa s)^-2``: the fit takes the *smallest* ``kappa`` whose error is
-  within ``tolerance`` (``lambda`` fitted at each ``kappa``).
+  falls like ``(kappa s)^-1.5``, and so does the output's sensitivity to a
+  relative change of kappa, i.e. how much kappa can still learn (for ReLU
+  under N(0, 1) it is about 1.2 ``err``): the fit takes the *smallest*
+  ``kappa`` whose error is within ``tolerance``, ``lambda`` fitted at each
+  ``kappa`` (docs/design.md section 2.7 has the figures).
 
 Expectations are trapezoid sums on one grid that is uniform over the
 inputs' range and geometric towards 0, where the targets' kinks and the
