@@ -13,6 +13,7 @@ from mmengine.registry import MODELS
 from torch import Tensor
 
 from mmact.ops import aglu, apa
+from mmact.ops.apa import rebuilt_backward
 from mmact.ops.match import fit_gate
 
 from .base import LearnableActivation
@@ -166,6 +167,16 @@ class _AdaptiveParametric(LearnableActivation, BaseModule):
                 fit.lambda_.clamp_min(self.lambda_min).expand_as(
                     self.lambda_param))
         return fit.error
+
+    def backward_from_sources(self, grad_out, params, sources):
+        """The operator's own rebuilt backward
+        (:func:`mmact.ops.apa.rebuilt_backward`): the fused CPU and Triton
+        kernels rebuild the input per element, no second graph."""
+        kappa, lam = params  # registration order: kappa_param, lambda_param
+        grad_z, grad_k, grad_l = rebuilt_backward(self._family, grad_out,
+                                                  kappa, lam, self.lambda_min,
+                                                  self.channel_dim, *sources)
+        return grad_z, [grad_k, grad_l]
 
     def _check(self, x: Tensor) -> None:
         if self.num_parameters > 1:

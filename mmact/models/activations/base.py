@@ -15,19 +15,27 @@ its own file:
   parameters are known (curves and ``E[f(X)]`` are then plotted);
 * ``match_targets`` and :meth:`~LearnableActivation.match`: the activations
   it can stand in for and the fit of its parameters to one of them (the
-  function-preserving swap of :mod:`mmact.models.utils.match`).
+  function-preserving swap of :mod:`mmact.models.utils.match`);
+* :meth:`~LearnableActivation.backward_from_sources`: its backward at an
+  input that was not kept but is rebuilt from the tensors it was computed
+  from (the memory-lean backward of
+  :mod:`mmact.models.backbones.recompute`); the default re-records the
+  forward, operators that rebuild the input themselves override it.
 
 Nothing else in mmact lists activation types, so a new activation touches
 only its own file (see ``docs/contributing.md``).
 """
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+import torch
 import torch.nn as nn
 from torch import Tensor
 
+from mmact.ops.apa import rebuild_input
+
 __all__ = [
     'LearnableActivation', 'has_forward_stats', 'no_decay_parameters',
-    'PENDING_MATCH'
+    'PENDING_MATCH', 'recorded_backward'
 ]
 
 # Attribute of an activation whose function-preserving fit waits for the
@@ -101,6 +109,30 @@ class LearnableActivation:
             'Swap without match=True, or choose an activation that declares '
             'one (APA for Sigmoid gates; AGLU for ReLU, SiLU, GELU, ...).')
 
+    def backward_from_sources(
+            self, grad_out: Tensor, params: Sequence[Tensor],
+            sources: Sequence[Optional[Tensor]]
+    ) -> Tuple[Tensor, List[Optional[Tensor]]]:
+        """Backward of ``self(z)`` where ``z`` was not kept:
+        ``z == rebuild_input(*sources)`` (:func:`mmact.ops.apa.rebuild_input`).
+
+        The default is :func:`recorded_backward` (``z`` rebuilt with torch,
+        the forward recorded once more); an activation whose operator can
+        take the sources itself overrides it (APA / AGLU).
+
+        Args:
+            grad_out (Tensor): Gradient of the output.
+            params (sequence[Tensor]): The module's parameters as saved by
+                the forward, in ``self.parameters()`` order.
+            sources (sequence[Tensor | None]): ``(src, scale, shift, other,
+                other_scale)``.
+
+        Returns:
+            tuple: Gradient of ``z`` and one gradient (or None) per entry of
+            ``params``.
+        """
+        return recorded_backward(self, grad_out, params, sources)
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Parameters a checkpoint provides are trained values: a fit that
         # waits for the first forward must not overwrite them.
@@ -132,6 +164,26 @@ class LearnableActivation:
             dict[str, float]: Name -> value for this input.
         """
         return {}
+
+
+def recorded_backward(
+        module: nn.Module, grad_out: Tensor, params: Sequence[Tensor],
+        sources: Sequence[Optional[Tensor]]
+) -> Tuple[Tensor, List[Optional[Tensor]]]:
+    """Rebuild ``z`` from ``sources``, record ``module(z)`` again and
+    differentiate it (any module; the generic memory-lean backward).
+
+    Args: as :meth:`LearnableActivation.backward_from_sources`.
+    """
+    with torch.enable_grad():
+        z = rebuild_input(*sources).detach().requires_grad_()
+        # An in-place module must not write into the leaf `z`.
+        y = module(z.clone() if getattr(module, 'inplace', False) else z)
+        wanted = [p for p in params if p.requires_grad]
+        grads = torch.autograd.grad(y, [z, *wanted], grad_out,
+                                    allow_unused=True)
+    it = iter(grads[1:])
+    return grads[0], [next(it) if p.requires_grad else None for p in params]
 
 
 def has_forward_stats(module: nn.Module) -> bool:

@@ -265,8 +265,10 @@ class _ActResNetMixin:
         # Needed by the overridden builders, which upstream's __init__ calls.
         self.act_cfg = act_cfg
         self.attention_cfg = attention_cfg
-        self.recompute_act = (default_recompute(act_cfg)
-                              if recompute_act is None else recompute_act)
+        # decided by what the activation is, not by its `inplace` argument
+        self.recompute_act = (
+            default_recompute(build_activation_layer(act_cfg))
+            if recompute_act is None else recompute_act)
         super().__init__(depth, **kwargs)
 
     def make_res_layer(self, **kwargs) -> nn.Module:
@@ -346,8 +348,9 @@ class ActResNet(_ActResNetMixin, ResNet):
             tensors its input is computed from (kept anyway by BN / the
             attention product / the next conv) and rebuilds the input in
             backward, at the cost of one more elementwise pass. Defaults to
-            None: on unless ``act_cfg`` runs in place (see
-            :func:`~.recompute.default_recompute`).
+            None: on for learnable activations (which never run in place,
+            whatever their ``inplace`` argument) and for other modules that
+            do not run in place (see :func:`~.recompute.default_recompute`).
         **kwargs: mmpretrain ``ResNet`` arguments (``out_indices``,
             ``frozen_stages``, ``norm_cfg``, ``norm_eval``, ``with_cp``,
             ``deep_stem``, ``init_cfg``, ...).

@@ -18,26 +18,26 @@ backward:
 (with a conv + BN shortcut, ``identity = d * scale2 + shift2`` from the
 shortcut conv's output ``d``, saved by its BN). Every case has the form
 ``z = src * scale + shift + other * other_scale``
-(:func:`mmact.ops.apa.rebuild_input`). For APA and AGLU the operator's
-backward takes that form (:func:`mmact.ops.apa.rebuilt_backward`): the fused
-CPU and Triton kernels compute ``z`` per element inside their backward pass,
-so neither ``z`` nor a second autograd graph is built. Other activations get
-``z`` rebuilt with torch and their graph recorded once more in backward. Both
-trade time for memory; rebuilt inputs match the forward ones to float
-rounding.
+(:func:`mmact.ops.apa.rebuild_input`). The backward asks the activation:
+a learnable activation's
+:meth:`~mmact.models.activations.base.LearnableActivation.backward_from_sources`
+(APA and AGLU hand the sources to their fused CPU and Triton kernels, which
+compute ``z`` per element inside their backward pass, so neither ``z`` nor a
+second autograd graph is built; the protocol's default rebuilds ``z`` with
+torch and records the graph once more, as for any other module). Both trade
+time for memory; rebuilt inputs match the forward ones to float rounding.
 
 :func:`default_recompute` is what :class:`~mmact.models.backbones.ActResNet`
-uses when ``recompute_act`` is not given: on for every activation that does
-not run in place.
+uses when ``recompute_act`` is not given.
 """
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mmact.models.activations.apa import AGLU, APA
-from mmact.ops.apa import rebuild_input, rebuilt_backward
+from mmact.models.activations.base import (LearnableActivation,
+                                           recorded_backward)
 
 __all__ = [
     'RecomputeAct', 'bn_with_affine', 'recompute_act', 'norm_act',
@@ -46,34 +46,32 @@ __all__ = [
 ]
 
 
-def default_recompute(act_cfg: dict) -> bool:
-    """Whether activation inputs are rebuilt in backward by default.
+def default_recompute(act: nn.Module) -> bool:
+    """Whether an activation's input is rebuilt in backward by default.
 
-    An in-place activation (``inplace=True``, e.g. ReLU) keeps no tensor of
-    its own, so there is nothing to save; every other activation keeps its
-    input, which the memory-lean path avoids at the cost of one more
-    elementwise pass in backward.
+    Learnable activations never run in place (their ``inplace`` argument is
+    accepted for mmcv and ignored), so they keep their input, which the
+    memory-lean path avoids at the cost of one more elementwise pass in
+    backward: on. Any other module is on unless it runs in place (an
+    in-place ReLU keeps no tensor of its own).
 
     Args:
-        act_cfg (dict): The activation config.
+        act (nn.Module): An activation built from the backbone's config.
     """
-    return not act_cfg.get('inplace', False)
+    return isinstance(act, LearnableActivation) or not getattr(
+        act, 'inplace', False)
 
 
-# (src, scale, shift, other, other_scale) of :func:`rebuild_input`.
+# (src, scale, shift, other, other_scale) of rebuild_input.
 _NUM_SOURCES = 5
-# Activations whose operator backward rebuilds its input itself.
-_FUSED = {APA: 'apa', AGLU: 'aglu'}
 
 
 class RecomputeAct(torch.autograd.Function):
     """``y = act(z)``; backward rebuilds ``z`` from its sources.
 
-    ``z == rebuild_input(src, scale, shift, other, other_scale)``. For APA
-    and AGLU the operator's backward takes the sources and rebuilds ``z``
-    itself (per element inside the fused CPU or Triton kernel); other
-    activations get ``z`` rebuilt with torch and their graph recorded once
-    more.
+    ``z == rebuild_input(src, scale, shift, other, other_scale)``; the
+    backward is the activation's ``backward_from_sources`` (the learnable
+    activation protocol) or, for other modules, :func:`recorded_backward`.
     """
 
     @staticmethod
@@ -90,31 +88,13 @@ class RecomputeAct(torch.autograd.Function):
         saved = ctx.saved_tensors
         sources, params = saved[:_NUM_SOURCES], saved[_NUM_SOURCES:]
         act = ctx.act
-        if type(act) in _FUSED:
-            names = [n for n, _ in act.named_parameters()]
-            saved_params = dict(zip(names, params))
-            grad_z, grad_k, grad_l = rebuilt_backward(
-                _FUSED[type(act)], grad, saved_params['kappa_param'],
-                saved_params['lambda_param'], act.lambda_min, act.channel_dim,
-                *sources)
-            by_name = dict(kappa_param=grad_k, lambda_param=grad_l)
-            param_grads = [by_name[n] for n in names]
+        if isinstance(act, LearnableActivation):
+            grad_z, param_grads = act.backward_from_sources(
+                grad, params, sources)
         else:
-            grad_z, param_grads = _generic_backward(act, grad, sources, params)
+            grad_z, param_grads = recorded_backward(act, grad, params,
+                                                    sources)
         return (grad_z, None, *([None] * _NUM_SOURCES), *param_grads)
-
-
-def _generic_backward(act: nn.Module, grad: Tensor, sources: Sequence,
-                      params: Sequence[Tensor]):
-    """Rebuild ``z``, record ``act(z)`` again and differentiate it."""
-    with torch.enable_grad():
-        z = rebuild_input(*sources).detach().requires_grad_()
-        # An in-place activation must not write into the leaf `z`.
-        y = act(z.clone() if getattr(act, 'inplace', False) else z)
-        wanted = [p for p in params if p.requires_grad]
-        grads = torch.autograd.grad(y, [z, *wanted], grad, allow_unused=True)
-    it = iter(grads[1:])
-    return grads[0], [next(it) if p.requires_grad else None for p in params]
 
 
 def recompute_act(act: nn.Module,

@@ -6,6 +6,7 @@ import torch.nn as nn
 from mmengine.registry import MODELS
 
 import mmact  # noqa: F401
+from mmact.models.activations import AGLU
 from mmact.models.backbones import ActResNet
 from mmact.models.backbones.recompute import (bn_with_affine,
                                               default_recompute)
@@ -106,10 +107,13 @@ def test_bn_with_affine_and_fallbacks():
 
 
 def test_default_is_memory_lean_unless_in_place():
-    assert default_recompute(dict(type='AGLU'))
-    assert default_recompute(dict(type='ReLU'))
-    assert not default_recompute(dict(type='ReLU', inplace=True))
+    assert default_recompute(AGLU())
+    # learnable activations never run in place: the flag changes nothing
+    assert default_recompute(AGLU(inplace=True))
+    assert default_recompute(nn.ReLU())
+    assert not default_recompute(nn.ReLU(inplace=True))
     assert ActResNet(18, act_cfg=dict(type='AGLU')).recompute_act
+    assert ActResNet(18, act_cfg=dict(type='AGLU', inplace=True)).recompute_act
     assert not ActResNet(18).recompute_act  # in-place ReLU
     assert not ActResNet(
         18, act_cfg=dict(type='AGLU'), recompute_act=False).recompute_act
@@ -141,3 +145,35 @@ def test_float32_kernel_path_rebuilds_inside_backward(monkeypatch):
     for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
         torch.testing.assert_close(
             p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_backward_asks_the_activation_protocol():
+    """recompute knows no activation class: a learnable activation's own
+    backward_from_sources runs; the protocol's default re-records."""
+    from mmact.models.activations.base import (LearnableActivation,
+                                               recorded_backward)
+    from mmact.models.backbones.recompute import recompute_act
+
+    class Scaled(LearnableActivation, nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.tensor(2.0, dtype=torch.float64))
+            self.calls = 0
+
+        def forward(self, x):
+            return x * self.scale
+
+        def backward_from_sources(self, grad_out, params, sources):
+            self.calls += 1
+            return recorded_backward(self, grad_out, params, sources)
+
+    act = Scaled()
+    src = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    scale = torch.rand(1, 3, 1, dtype=torch.float64)
+    z = src * scale
+    y = recompute_act(act, z, src.detach(), scale)
+    y.sum().backward()
+    assert act.calls == 1
+    assert torch.allclose(src.grad, 2.0 * scale.expand_as(src))
+    assert torch.allclose(act.scale.grad, z.detach().sum())
