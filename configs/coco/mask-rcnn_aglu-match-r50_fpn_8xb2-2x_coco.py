@@ -8,20 +8,14 @@
 # this backbone once more with act_cfg=dict(type='APA'),
 # target_types=('Sigmoid', ), match=True (exact: APA(1, 1) is the sigmoid).
 # No paper result.
-_base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_2x_coco.py'
+_base_ = [
+    'mmdet::mask_rcnn/mask-rcnn_r50_fpn_2x_coco.py',
+    '../_base_/models/aglu-match_resnet.py'
+]
 custom_imports = dict(imports=['mmact'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='ActSwapBackbone',
-        act_cfg=dict(type='AGLU'),
-        # one AGLU per position of a block (the paper's layout), not one
-        # per block
-        untie=True,
-        # fitted on the first forward, after the checkpoint is loaded; a
-        # resumed run keeps its trained values
-        match=True,
-        backbone=_base_.model.backbone))
+        _base_.aglu_match, _delete_=True, backbone=_base_.model.backbone))
 # no weight decay on kappa / lambda (paper Table XV)
 optim_wrapper = dict(constructor='ActivationOptimWrapperConstructor')

@@ -4,13 +4,11 @@
 # an AGLU fitted to it (function-preserving swap, docs/design.md section
 # 2.7). See configs/coco/mask-rcnn_aglu-match-r50_fpn_8xb2-2x_coco.py for
 # SE-ResNet checkpoints. No paper result.
-_base_ = './mask-rcnn_r50_fpn_gol-normmask_8xb2-rfs-ms-2x_lvis-v1.py'
+_base_ = [
+    './mask-rcnn_r50_fpn_gol-normmask_8xb2-rfs-ms-2x_lvis-v1.py',
+    '../_base_/models/aglu-match_resnet.py'
+]
 
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='ActSwapBackbone',
-        act_cfg=dict(type='AGLU'),
-        untie=True,
-        match=True,
-        backbone=_base_.model.backbone))
+        _base_.aglu_match, _delete_=True, backbone=_base_.model.backbone))

@@ -2,14 +2,11 @@
 # COCO-format set: the toy Mask R-CNN with its ReLUs replaced by AGLUs fitted
 # to them. Start it from a ReLU checkpoint with --cfg-options load_from=...
 # (the fit then reads that checkpoint's BatchNorms).
-_base_ = './mask-rcnn_r50_fpn_toy-coco.py'
+_base_ = [
+    './mask-rcnn_r50_fpn_toy-coco.py', '../_base_/models/aglu-match_resnet.py'
+]
 
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='ActSwapBackbone',
-        act_cfg=dict(type='AGLU'),
-        untie=True,
-        match=True,
-        backbone=_base_.model.backbone))
+        _base_.aglu_match, _delete_=True, backbone=_base_.model.backbone))
 optim_wrapper = dict(constructor='ActivationOptimWrapperConstructor')

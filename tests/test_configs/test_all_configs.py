@@ -233,6 +233,12 @@ def _metric_types(evaluator):
 
 # ---------------------------------------------------------------------------
 # fast checks of the untouched settings
+def _network(backbone):
+    """The backbone that is built: the inner one of an ActSwapBackbone."""
+    return (backbone.backbone
+            if backbone.type == 'ActSwapBackbone' else backbone)
+
+
 @pytest.mark.parametrize('config', SHIPPED)
 def test_config_settings(config):
     cfg = _load(config)
@@ -256,6 +262,11 @@ def test_config_settings(config):
         letter = 'x' if backbone.type == 'ActResNeXt' else 'r'
         if config != 'configs/lvis/apa_mrcnn_r50.py':
             assert f'{tag}-{letter}{backbone.depth}' in name
+    elif backbone.type == 'ActSwapBackbone':
+        # a ReLU ResNet whose activations are fitted by the new ones
+        assert backbone.match and backbone.backbone.type == 'ResNet'
+        tag = f'{backbone.act_cfg.type.lower()}-match'
+        assert f'{tag}-r{backbone.backbone.depth}' in name
     else:
         assert backbone.type == 'ResNet' and f'_r{backbone.depth}_' in name
 
@@ -273,7 +284,7 @@ def test_lvis_settings(config):
     assert head.bbox_head.loss_cls.min_logit is None
     assert head.bbox_head.init_cfg == dict(
         type='Constant', val=0.001, bias=-2.0, override=dict(name='fc_cls'))
-    if cfg.model.backbone.depth == 50:
+    if _network(cfg.model.backbone).depth == 50:
         assert head.mask_head.type == 'CARAFEMaskHead'
         assert head.mask_head.upsample_cfg == dict(
             type='carafe',
@@ -396,7 +407,7 @@ def _arch(backbone) -> tuple:
 @pytest.mark.parametrize('config', DETECTION)
 def test_pretrained_checkpoint_is_what_the_imagenet_config_writes(config):
     cfg = _load(config)
-    backbone = cfg.model.backbone
+    backbone = _network(cfg.model.backbone)
     init = backbone.init_cfg
     assert init.type == 'Pretrained'
     if backbone.type != 'ActResNet':  # plain ResNet: torchvision weights
