@@ -21,7 +21,11 @@ the paper's Eq. 8 and from the reference backward.
 
 Both operators are ``torch.autograd.Function`` s that save only the input and
 the (tiny) parameters, recompute ``eta`` in backward and reduce the parameter
-gradients in the same pass. Half-precision inputs are evaluated in float32 and
+gradients in the same pass. The lambda clamp and the expansion of a shared
+parameter beside a per-channel one happen inside them (their backward applies
+the chain rule, :func:`_chain_to_params`), so a call records one autograd
+node; a call with nothing to differentiate (``eval`` under ``no_grad``)
+records none. Half-precision inputs are evaluated in float32 and
 the result is returned in the input's dtype.
 
 :func:`rebuilt_backward` is the same backward at an input that was not kept
@@ -236,19 +240,36 @@ def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
 
 def _eta_backward(name: str, ctx, grad_out: Tensor):
     x, kappa, lam = ctx.saved_tensors
-    return (*_eta_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
-                        needs_input_grad(ctx, 3)), None)
+    needs = needs_input_grad(ctx, 3)
+    if ctx.lambda_min is None:  # the parameters came clamped (tracing)
+        return (*_eta_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
+                            needs), None, None)
+    k, l = _kernel_params(kappa, lam, ctx.lambda_min)  # noqa: E741
+    grad_x, grad_k, grad_l = _eta_grads(name, x, grad_out, k, l,
+                                        ctx.channel_dim, needs)
+    return (grad_x, *_chain_to_params(grad_k, grad_l, kappa, lam,
+                                      ctx.lambda_min), None, None)
+
+
+def _eta_apply(name: str, ctx, x: Tensor, kappa: Tensor, lam: Tensor,
+               lambda_min: Optional[float], channel_dim: int) -> Tensor:
+    ctx.save_for_backward(x, kappa, lam)
+    ctx.lambda_min, ctx.channel_dim = lambda_min, channel_dim
+    if lambda_min is not None:
+        kappa, lam = _kernel_params(kappa, lam, lambda_min)
+    return _eta_forward(name, x, kappa, lam, channel_dim)
 
 
 class _APAFunction(torch.autograd.Function):
-    """eta(z; k, l) with recompute-in-backward (saves only the input)."""
+    """eta(z; k, l) with recompute-in-backward (saves only the input and the
+    raw parameters; the lambda clamp and the expansion of a shared parameter
+    happen inside, so that autograd records one node per call). With
+    ``lambda_min=None`` the parameters come clamped and expanded."""
 
     @staticmethod
     def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-                channel_dim: int) -> Tensor:
-        ctx.save_for_backward(x, kappa, lam)
-        ctx.channel_dim = channel_dim
-        return _eta_forward('apa', x, kappa, lam, channel_dim)
+                lambda_min: Optional[float], channel_dim: int) -> Tensor:
+        return _eta_apply('apa', ctx, x, kappa, lam, lambda_min, channel_dim)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
@@ -256,14 +277,13 @@ class _APAFunction(torch.autograd.Function):
 
 
 class _AGLUFunction(torch.autograd.Function):
-    """z * eta(z; k, l) with recompute-in-backward (saves only the input)."""
+    """z * eta(z; k, l); as :class:`_APAFunction`."""
 
     @staticmethod
     def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-                channel_dim: int) -> Tensor:
-        ctx.save_for_backward(x, kappa, lam)
-        ctx.channel_dim = channel_dim
-        return _eta_forward('aglu', x, kappa, lam, channel_dim)
+                lambda_min: Optional[float], channel_dim: int) -> Tensor:
+        return _eta_apply('aglu', ctx, x, kappa, lam, lambda_min,
+                          channel_dim)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
@@ -306,10 +326,10 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     _check_input(x, op)
     if not lambda_min > 0:
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
-    kappa, lam = _kernel_params(
-        _as_param(kappa, x), _as_param(lambda_, x), lambda_min)
+    kappa, lam = _as_param(kappa, x), _as_param(lambda_, x)
     if torch.onnx.is_in_onnx_export():
         # Compose standard ops so that any exporter can translate it.
+        kappa, lam = _kernel_params(kappa, lam, lambda_min)
         z = x.to(_compute_dtype(x))
         k = kappa.to(z.dtype).reshape(
             _broadcast_shape(kappa, x, channel_dim, 'kappa'))
@@ -317,7 +337,17 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
             _broadcast_shape(lam, x, channel_dim, 'lambda'))
         eta = _composite_eta(z, k, l)
         return (z * eta if with_input else eta).to(x.dtype)
-    return fn.apply(x, kappa, lam, channel_dim)
+    if not (torch.is_grad_enabled() and
+            (x.requires_grad or kappa.requires_grad or lam.requires_grad)):
+        # Nothing to differentiate (eval, no_grad): no autograd node.
+        return _eta_forward(op, x, *_kernel_params(kappa, lam, lambda_min),
+                            channel_dim)
+    if is_tracing():
+        # torch 2.1's dynamo cannot trace the clamp inside the Function's
+        # backward: clamp as ordinary ops, which autograd differentiates.
+        return fn.apply(x, *_kernel_params(kappa, lam, lambda_min), None,
+                        channel_dim)
+    return fn.apply(x, kappa, lam, lambda_min, channel_dim)
 
 
 def apa(x: Tensor,
