@@ -78,6 +78,32 @@ def test_activation_benchmark_table():
         assert apa[header.index('baseline')] == 'Sigmoid'
 
 
+def test_overhead_benchmark_tables():
+    out = run('benchmark_overhead.py', '--calls', '3', '--repeats', '2',
+              '--warmup', '1')
+    found = tables(out)
+    assert len(found) == 2  # train, eval
+    for line, header, rows in found:
+        check_machine_line(line, 1)
+        names = [r[0] for r in rows]
+        assert names == [
+            'SiLU', 'Sigmoid', 'GELU', 'AGLU', 'AGLU per-channel', 'APA',
+            'APA per-channel', 'FleS (global)'
+        ]
+        base = {r[0]: r[header.index('baseline')] for r in rows}
+        assert base['AGLU'] == 'SiLU' and base['APA'] == 'Sigmoid'
+        assert base['FleS (global)'] == 'GELU'
+        ratio = header.index('ratio median [min-max]')
+        for row in rows[3:]:
+            assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
+    targets = [{r[0]: r[header.index('target')]
+                for r in rows} for _, header, rows in found]
+    assert targets[0]['AGLU'] == '<= 1.5'
+    assert targets[0]['FleS (global)'] == '<= 3.0'
+    assert targets[1]['APA'] == '<= 1.3'
+    assert 'forward + backward' in out and 'eval() + no_grad' in out
+
+
 def test_fles_benchmark_table_and_profile():
     out = run('benchmark_fles.py', '--shape', '2', '32', '12', '20',
               '--threads', '1', '--repeats', '2', '--warmup', '1', '--profile',
