@@ -61,6 +61,30 @@ def test_silu_to_aglu_is_exact():
     assert _rel(model(x)[-1], ref) < 1e-13
 
 
+@pytest.mark.parametrize('module,name,kwargs,swapped', [
+    ('mmdet.models.backbones', 'ResNeXt', dict(groups=32, base_width=4), 49),
+    ('mmpretrain.models.backbones', 'ResNeXt',
+     dict(groups=32, width_per_group=4), 49),
+    # 16 more: the ReLU inside each SE layer
+    ('mmpretrain.models.backbones', 'SEResNeXt',
+     dict(groups=32, width_per_group=4), 65),
+])
+def test_every_activation_of_the_resnext_family_is_matched(
+        module, name, kwargs, swapped):
+    import importlib
+    torch.manual_seed(0)
+    model = getattr(importlib.import_module(module), name)(
+        depth=50, **kwargs).double()
+    model.eval()
+    swap_activations(model, dict(type='SiLU'), untie=True)
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    ref = model(x)[-1]
+    names = swap_activations(
+        model, dict(type='AGLU'), 'SiLU', match=True, example_input=x)
+    assert len(names) == swapped
+    assert _rel(model(x)[-1], ref) < 1e-13
+
+
 def test_relu_to_aglu_matched_is_far_closer_than_the_init_ranges():
     model = _mmdet_resnet()
     x = torch.randn(4, 3, 64, 64)
