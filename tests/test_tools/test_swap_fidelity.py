@@ -47,19 +47,19 @@ def test_se_gates_to_apa_keep_the_classifier(tmp_path):
 
 @pytest.mark.slow
 def test_relu_to_aglu_variants(tmp_path):
-    out, report = _run(tmp_path, '--tolerance', '0.02', '0.005', '--kappa',
-                       '16', '--calibrate')
+    out, report = _run(tmp_path, '--tolerance', '0.02', '--kappa', '16',
+                       '--calibrate')
     output = report['output']
     assert set(output) == {
-        'random', 'match@0.02', 'calibrated@0.02', 'match@0.005',
-        'calibrated@0.005', 'kappa=16'
+        'random', 'match@0.02', 'calibrated@0.02', 'kappa=16'
     }
-    assert output['match@0.005']['rel_l2'] < output['match@0.02'][
-        'rel_l2'] < output['random']['rel_l2']
+    assert output['match@0.02']['rel_l2'] < 0.7 * output['random']['rel_l2']
+    assert output['calibrated@0.02']['rel_l2'] < 0.7 * output['random'][
+        'rel_l2']
     # the stem, three per block and the one inside each SE layer
     assert 'backbone.relu' in report['layers']
     assert len(report['layers']) == 1 + 16 * 4
     for errors in report['layers'].values():
         assert errors['match@0.02'] == pytest.approx(0.02, rel=0.6)
     assert report['params']['kappa=16']['backbone.relu']['kappa'] == 16.0
-    assert 'calibrated@0.005' in out
+    assert 'calibrated@0.02' in out
