@@ -25,7 +25,7 @@ its own file:
 Nothing else in mmact lists activation types, so a new activation touches
 only its own file (see ``docs/contributing.md``).
 """
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -67,14 +67,16 @@ class LearnableActivation:
     pointwise: bool = True
     match_targets: Tuple[Tuple[type, str], ...] = ()
 
-    def match_kind(self, target: nn.Module) -> Optional[str]:
+    def match_kind(self, target: Union[nn.Module, type]) -> Optional[str]:
         """How :meth:`match` fits ``target`` (None: it cannot).
 
         Args:
-            target (nn.Module): The activation to stand in for.
+            target (nn.Module | type): The activation to stand in for, or
+                its class.
         """
+        target_cls = target if isinstance(target, type) else type(target)
         for cls, kind in self.match_targets:
-            if isinstance(target, cls):
+            if issubclass(target_cls, cls):
                 return kind
         return None
 
@@ -99,12 +101,14 @@ class LearnableActivation:
         """
         raise self.unmatched_error(target)
 
-    def unmatched_error(self, target: nn.Module) -> TypeError:
-        """The error for a ``target`` without a declared fit."""
+    def unmatched_error(self, target: Union[nn.Module, type]) -> TypeError:
+        """The error for a ``target`` (module or class) without a declared
+        fit."""
         declared = sorted({cls.__name__ for cls, _ in self.match_targets})
+        target_cls = target if isinstance(target, type) else type(target)
         return TypeError(
             f'{type(self).__name__} cannot stand in for '
-            f'{type(target).__name__}: it declares no function-preserving fit '
+            f'{target_cls.__name__}: it declares no function-preserving fit '
             f'to it (it can match: {", ".join(declared) or "nothing"}). '
             'Swap without match=True, or choose an activation that declares '
             'one (APA for Sigmoid gates; AGLU for ReLU, SiLU, GELU, ...).')

@@ -1,5 +1,6 @@
 """``ActSwapBackbone``: any mmdet / mmpretrain backbone with swapped
 activations, from a config."""
+import copy
 from typing import Optional, Sequence
 
 import torch.nn as nn
@@ -7,8 +8,10 @@ from mmdet.registry import MODELS as MMDET_MODELS
 from mmengine.registry import MODELS
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from mmact.models.utils.match import DEFAULT_TOLERANCE, defer_match
-from mmact.models.utils.swap import TypeSpec, replace_activations
+from mmact.models.utils.match import (DEFAULT_TOLERANCE, check_match_args,
+                                      defer_match)
+from mmact.models.utils.swap import (TypeSpec, resolve_types,
+                                     replace_activations)
 
 __all__ = ['ActSwapBackbone']
 
@@ -66,6 +69,10 @@ def ActSwapBackbone(backbone: dict,
     Returns:
         nn.Module: The built backbone, activations swapped.
     """
+    if match:  # refuse before the (possibly pretrained) backbone is built
+        check_match_args(
+            MODELS.build(copy.deepcopy(act_cfg)), resolve_types(target_types),
+            tolerance)
     model = MODELS.build(backbone)
     swaps = replace_activations(model, act_cfg, target_types, untie, exclude)
     if match:

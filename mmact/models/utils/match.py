@@ -37,7 +37,8 @@ from mmact.models.activations.base import PENDING_MATCH, LearnableActivation
 
 __all__ = [
     'DEFAULT_TOLERANCE', 'InputMoments', 'MatchRecord', 'input_moments',
-    'match_activations', 'defer_match', 'check_matchable', 'format_records'
+    'match_activations', 'defer_match', 'check_matchable',
+    'check_match_args', 'format_records'
 ]
 
 #: Relative RMS error per layer a fit to a limit target (ReLU) must reach;
@@ -81,6 +82,34 @@ class MatchRecord(NamedTuple):
     source: str
     error: float
     stats: Dict[str, float]
+
+
+def check_match_args(act: nn.Module, target_types: Sequence[type],
+                     tolerance: float) -> None:
+    """Refuse a swap with ``match=True`` before the model is touched: an
+    activation without a declared fit to one of the types, or a tolerance
+    that is not a positive number.
+
+    Args:
+        act (nn.Module): One activation built from the swap's ``act_cfg``.
+        target_types (sequence[type]): The classes to be replaced.
+        tolerance (float): The fit's tolerance.
+
+    Raises:
+        TypeError: naming both activation types.
+        ValueError: naming the tolerance.
+    """
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
+            or not tolerance > 0):
+        raise ValueError(f'match=True: tolerance must be a number > 0 (a '
+                         f'relative error such as 0.01), got {tolerance!r}')
+    for cls in target_types:
+        if not isinstance(act, LearnableActivation):
+            raise TypeError(
+                f'match=True: {type(act).__name__} is not a learnable '
+                f'activation and declares no fit to {cls.__name__}')
+        if act.match_kind(cls) is None:
+            raise TypeError('match=True: ' + str(act.unmatched_error(cls)))
 
 
 def check_matchable(swaps: Sequence[Swap]) -> None:

@@ -30,12 +30,13 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.registry import MODELS
 
-from .match import (DEFAULT_TOLERANCE, Swap, check_matchable, format_records,
-                    input_moments, match_activations)
+from .match import (DEFAULT_TOLERANCE, Swap, check_match_args,
+                    check_matchable, format_records, input_moments,
+                    match_activations)
 
 __all__ = [
     'swap_activations', 'replace_activations', 'untie_activations',
-    'known_shared_activations'
+    'known_shared_activations', 'resolve_types'
 ]
 
 TypeSpec = Union[str, Type[nn.Module]]
@@ -145,8 +146,13 @@ def untie_activations(
     return untied
 
 
-def _resolve_types(
+def resolve_types(
         target_types: Union[TypeSpec, Sequence[TypeSpec]]) -> Tuple[type, ...]:
+    """Module classes from classes or names (torch.nn or registered).
+
+    Args:
+        target_types (type | str | sequence): e.g. ``('ReLU', nn.SiLU)``.
+    """
     if isinstance(target_types, (str, type)):
         target_types = (target_types, )
     resolved = []
@@ -171,16 +177,26 @@ def replace_activations(
         untie: bool = False,
         exclude: Optional[Sequence[str]] = None,
         before: Optional[Callable[[List[Swap]], None]] = None) -> List[Swap]:
-    """:func:`swap_activations` returning ``(name, new, replaced)`` triples
-    (every name of a shared module), for callers that fit the new modules.
+    """:func:`swap_activations` without the fit, returning what it did, for
+    callers that fit the new modules themselves.
 
     Args:
+        model (nn.Module): Any built model.
+        act_cfg (dict): Config of the new activation.
+        target_types (type | str | sequence): Classes to replace.
+        untie (bool): Call :func:`untie_activations` first.
+        exclude (sequence[str], optional): fnmatch patterns of module names
+            to keep.
         before (callable, optional): Called with the triples after the new
             modules are built and before any is put into ``model``.
+
+    Returns:
+        list[tuple]: ``(name, new, replaced)`` for every name of every
+        replaced module.
     """
     if not isinstance(act_cfg, dict) or 'type' not in act_cfg:
         raise TypeError(f'act_cfg must be a dict with "type", got {act_cfg!r}')
-    types_ = _resolve_types(target_types)
+    types_ = resolve_types(target_types)
     if untie:
         untie_activations(model)
     new_by_old: Dict[int, nn.Module] = {}
@@ -257,6 +273,10 @@ def swap_activations(
     Returns:
         list[str]: Names of the replaced modules (every name of a shared one).
     """
+    if match:
+        check_match_args(
+            MODELS.build(copy.deepcopy(act_cfg)), resolve_types(target_types),
+            tolerance)
     moments = {}
 
     def measure(swaps):

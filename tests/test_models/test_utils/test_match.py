@@ -161,6 +161,22 @@ def test_no_declared_fit_names_both_types_and_leaves_the_model(act, target):
     assert isinstance(model[1], getattr(nn, target))
 
 
+def test_refusals_come_before_the_model_is_touched():
+    from mmdet.models.backbones import ResNet
+    model = ResNet(depth=18)
+    before = [type(m) for m in model.modules()]
+    with pytest.raises(TypeError, match='AReLU cannot stand in for ReLU'):
+        swap_activations(model, dict(type='AReLU'), untie=True, match=True)
+    for bad in (0, -0.1, 'tight', True):
+        with pytest.raises(ValueError, match='tolerance must be a number > 0'):
+            swap_activations(model, dict(type='AGLU'), untie=True,
+                             match=True, tolerance=bad)
+    # not even untied
+    assert [type(m) for m in model.modules()] == before
+    with pytest.raises(ValueError, match=r"got -1"):
+        _act_swap_backbone(tolerance=-1)
+
+
 def test_unreached_tolerance_warns_with_the_error_per_layer():
     model = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4),
                           nn.GELU())
@@ -177,12 +193,13 @@ def test_the_data_free_forward_needs_an_input_shape():
         swap_activations(model, dict(type='AGLU'), match=True)
 
 
-def _act_swap_backbone(**kwargs):
+def _act_swap_backbone(tolerance=1e-2, **kwargs):
     cfg = dict(
         type='ActSwapBackbone',
         act_cfg=dict(type='AGLU'),
         untie=True,
         match=True,
+        tolerance=tolerance,
         backbone=dict(type='ResNet', depth=18, zero_init_residual=False,
                       **kwargs))
     with DefaultScope.overwrite_default_scope('mmdet'):
