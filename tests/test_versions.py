@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mmact import versions
-from mmact.ops import dispatch
+from mmact.ops import backends
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,15 +118,16 @@ def test_the_api_check_finds_a_direct_use(tmp_path):
 
 
 def test_interpreter_error_names_the_triton_it_needs(monkeypatch):
-    monkeypatch.setattr(dispatch, 'triton_version', lambda: (2, 1, 0))
-    monkeypatch.setattr(dispatch, 'triton_interpreter_available',
+    monkeypatch.setattr(backends, 'triton_version', lambda: (2, 1, 0))
+    monkeypatch.setattr(backends, 'triton_interpreter_available',
                         lambda: False)
     monkeypatch.setenv('MMACT_TRITON', '1')
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     with pytest.raises(
-            RuntimeError, match=r'Triton >= 3\.0; Triton 2\.1\.0 '
-            'is installed'):
-        dispatch.use_triton(torch.randn(4))
+            RuntimeError,
+            match=r'MMACT_TRITON=1: .*Triton >= 3\.0; '
+            r'Triton 2\.1\.0 is installed'):
+        backends.configure_from_env()
 
 
 @pytest.mark.skipif(
@@ -138,24 +139,24 @@ def test_this_triton_has_no_interpreter(monkeypatch):
     monkeypatch.setenv('MMACT_TRITON', '1')
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     with pytest.raises(RuntimeError, match=r'Triton >= 3\.0; Triton 2\.'):
-        dispatch.use_triton(torch.randn(4))
+        backends.configure_from_env()
 
 
 def test_triton_below_the_floor_warns_once_and_takes_the_torch_path(
         monkeypatch):
-    monkeypatch.setattr(dispatch, 'triton_version', lambda: (2, 0, 0))
-    dispatch._triton_launchable.cache_clear()
+    monkeypatch.setattr(backends, 'triton_version', lambda: (2, 0, 0))
+    backends._triton_launchable.cache_clear()
     try:
         with pytest.warns(
                 UserWarning,
                 match=r'Triton 2\.0\.0 is older than '
                 r'the 2\.1 its kernels need'):
-            assert not dispatch._triton_launchable()
+            assert not backends._triton_launchable()
         with warnings.catch_warnings():
             warnings.simplefilter('error')
-            assert not dispatch._triton_launchable()  # no second warning
+            assert not backends._triton_launchable()  # no second warning
     finally:
-        dispatch._triton_launchable.cache_clear()
+        backends._triton_launchable.cache_clear()
 
 
 def test_weights_only_flags_match_this_torch():
@@ -181,13 +182,13 @@ def test_cpu_autocast_float16_flag_matches_this_torch():
         assert torch.nn.functional.linear(x, x).dtype == torch.float16
 
 
-def test_environment_is_not_read_while_tracing(monkeypatch):
-    """torch 2.1's dynamo cannot trace os.environ: the dispatch asks
-    is_tracing first (a bad MMACT_TRITON is not even seen while tracing)."""
-    monkeypatch.setitem(os.environ, 'MMACT_TRITON', 'bad')
+def test_the_triton_check_traces_without_a_graph_break():
+    """torch 2.1's dynamo cannot trace os.environ, and dynamo's strict
+    backward mode bans x.layout: use_triton asks is_tracing first and reads
+    no environment (the settings were made at import)."""
     torch._dynamo.reset()
     compiled = torch.compile(
-        lambda x: x * 2 if not dispatch.use_triton(x) else x,
+        lambda x: x * 2 if not backends.use_triton(x) else x,
         backend='eager',
         fullgraph=True)
     assert torch.equal(compiled(torch.ones(2)), torch.full((2, ), 2.0))

@@ -34,20 +34,25 @@ attention product, a residual add; memory-lean training in
 :mod:`mmact.models.backbones.recompute`); the CPU and Triton kernels
 rebuild it per element inside their backward pass.
 
-Execution paths:
+Implementations: :func:`_implementation` picks one per call from the
+input alone (the backends in force were decided once,
+:mod:`mmact.ops.backends`); its table is the whole dispatch. Each
+implementation takes the raw parameters and clamps / expands them itself:
 
-- eager, float32 CPU tensors of >= 4096 elements: the fused C kernel of
-  :mod:`mmact.ops.apa_cpu_kernel` (one pass forward, one pass backward);
-- CUDA float32 / float16 / bfloat16 tensors: the fused Triton kernels of
-  :mod:`mmact.ops.apa_triton` (also CPU tensors under ``MMACT_TRITON=1`` with
-  ``TRITON_INTERPRET=1``, for tests);
-- otherwise (float64, small tensors, ``torch.compile`` tracing, no C
-  compiler, ``MMACT_TRITON=0``): torch ops with in-place temporaries;
-  under ``torch.compile`` inductor fuses them;
-- ``torch.onnx.export``: a composite of standard ops (Softplus, Exp, Log,
-  Mul). Use the TorchScript exporter (the keyword that selects it on each
-  torch: :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`); the dynamo
-  exporter, the default in torch 2.14, additionally needs ``onnxscript``.
+- ``'c'``: eager float32 CPU tensors, the fused C kernels of
+  :mod:`mmact.ops.apa_cpu_kernel` (one C call forward, one backward);
+- ``'triton'``: CUDA float32 / float16 / bfloat16 tensors, the fused
+  Triton kernels of :mod:`mmact.ops.apa_triton` (also CPU tensors under
+  ``MMACT_TRITON=1`` with ``TRITON_INTERPRET=1``, for tests);
+- ``'torch'``: everything else (float64, half precision on the CPU, no C
+  compiler, backends switched off): torch ops with in-place temporaries;
+- ``'traced'``: ``torch.compile`` / ``torch.jit`` / dispatch modes: the
+  torch ops, with the clamp outside the Function (inductor fuses them);
+- ``'export'``: ``torch.onnx.export``: a composite of standard ops
+  (Softplus, Exp, Log, Mul). Use the TorchScript exporter (the keyword that
+  selects it on each torch: :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`);
+  the dynamo exporter, the default in torch 2.14, additionally needs
+  ``onnxscript``.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -56,8 +61,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..versions import is_tracing, needs_input_grad
-from .apa_cpu_kernel import CpuKernel, get_kernel
-from .dispatch import use_triton
+from . import backends
+from .apa_cpu_kernel import get_kernel
 
 __all__ = [
     'apa', 'aglu', 'apa_reference', 'aglu_reference', 'clamp_lambda',
@@ -155,57 +160,80 @@ def _eta_parts(z: Tensor, k: Tensor, l: Tensor):  # noqa: E741
     return sp, g, eta
 
 
-_MIN_KERNEL_NUMEL = 4096
+def _composite_eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
+    """Stable eta written with standard differentiable ops (export path)."""
+    return torch.exp(-F.softplus(torch.log(l) - k * z) / l)
 
 
-def _fused_kernel(z: Tensor) -> Optional[CpuKernel]:
-    """The fused CPU kernel when it applies to ``z`` (eager float32 CPU)."""
-    if (z.numel() < _MIN_KERNEL_NUMEL or is_tracing()
-            or not CpuKernel.usable(z)):
-        return None
-    return get_kernel()
+def clamp_lambda(lambda_: Tensor, lambda_min: float) -> Tensor:
+    """``max(lambda_, lambda_min)`` with the gradient passed where
+    ``lambda_ > lambda_min`` only, on every torch.
+
+    ``Tensor.clamp`` passes the gradient at ``lambda_ == lambda_min`` on
+    torch 2.1 and stops it on newer torch; this strict boundary is the one
+    the fused backwards and :func:`rebuilt_backward` use.
+    """
+    return torch.where(lambda_ > lambda_min, lambda_, lambda_min)
 
 
-def _eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
-                 channel_dim: int) -> Tensor:
-    if use_triton(x):
-        _broadcast_shape(kappa, x, channel_dim, 'kappa')
-        _broadcast_shape(lam, x, channel_dim, 'lambda')
-        from .apa_triton import eta_forward  # imports triton
-        return eta_forward(name, x, kappa, lam, channel_dim)
+def _expanded(kappa: Tensor, lam: Tensor) -> Tuple[Tensor, Tensor]:
+    """A shared parameter beside a per-channel one, expanded to its size
+    (autograd, or :func:`_chain_to_params`, sums its gradient)."""
+    if kappa.numel() == 1 and lam.numel() > 1:
+        kappa = kappa.reshape(1).expand(lam.numel()).contiguous()
+    elif lam.numel() == 1 and kappa.numel() > 1:
+        lam = lam.reshape(1).expand(kappa.numel()).contiguous()
+    return kappa, lam
+
+
+def _kernel_params(kappa: Tensor, lambda_: Tensor,
+                   lambda_min: float) -> Tuple[Tensor, Tensor]:
+    """``kappa`` and ``lambda_`` clamped to ``lambda_min``, both shared or
+    both per channel (the form the torch and Triton code take)."""
+    return _expanded(kappa, clamp_lambda(lambda_, lambda_min))
+
+
+def _chain_to_params(grad_k: Optional[Tensor], grad_l: Optional[Tensor],
+                     kappa: Tensor, lambda_: Tensor, lambda_min: float):
+    """Gradients w.r.t. the kernel parameters (:func:`_kernel_params`) to
+    those w.r.t. ``kappa`` and ``lambda_``, as autograd does through
+    ``_kernel_params``: expanded shared values are summed and the clamp
+    passes the gradient only where ``lambda_ > lambda_min``."""
+    if grad_k is not None:
+        grad_k = grad_k.sum() if kappa.numel() == 1 else grad_k
+        grad_k = grad_k.reshape(kappa.shape).to(kappa.dtype)
+    if grad_l is not None:
+        grad_l = grad_l.sum() if lambda_.numel() == 1 else grad_l
+        grad_l = grad_l.reshape(lambda_.shape).to(lambda_.dtype)
+        grad_l = torch.where(lambda_.detach() > lambda_min, grad_l, 0)
+    return grad_k, grad_l
+
+
+def _check_params(x: Tensor, kappa: Tensor, lam: Tensor,
+                  channel_dim: int) -> None:
+    _broadcast_shape(kappa, x, channel_dim, 'kappa')
+    _broadcast_shape(lam, x, channel_dim, 'lambda')
+
+
+def _torch_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+                   channel_dim: int) -> Tensor:
+    """Forward with torch ops; ``kappa`` and ``lam`` as
+    :func:`_kernel_params` returns them."""
     z = x.to(_compute_dtype(x))
-    kernel = _fused_kernel(z)
-    if kernel is not None:
-        _broadcast_shape(kappa, x, channel_dim, 'kappa')
-        _broadcast_shape(lam, x, channel_dim, 'lambda')
-        out = kernel.forward(name, z, kappa, lam, channel_dim)
-    else:
-        k, l = _param_views(x, kappa, lam, channel_dim, z.dtype)  # noqa: E741
-        a = torch.addcmul(torch.log(l), z, k, value=-1.0)
-        out = F.softplus(a).mul_(-1.0 / l).exp_()
-        if name == 'aglu':
-            out.mul_(z)
+    k, l = _param_views(x, kappa, lam, channel_dim, z.dtype)  # noqa: E741
+    a = torch.addcmul(torch.log(l), z, k, value=-1.0)
+    out = F.softplus(a).mul_(-1.0 / l).exp_()
+    if name == 'aglu':
+        out.mul_(z)
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
-def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
-               lam: Tensor, channel_dim: int, needs: Sequence[bool]):
-    """(grad_x, grad_kappa, grad_lam) of ``name`` at ``x``; ``kappa`` and
-    ``lam`` as the Functions take them (clamped, both shared or both per
-    channel)."""
+def _torch_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
+                 lam: Tensor, channel_dim: int, needs: Sequence[bool]):
+    """(grad_x, grad_kappa, grad_lam) of ``name`` at ``x`` with torch ops;
+    ``kappa`` and ``lam`` as :func:`_kernel_params` returns them."""
     need_x, need_k, need_l = needs[:3]
-    if use_triton(x):
-        from .apa_triton import eta_backward  # imports triton
-        return eta_backward(name, x, grad_out, kappa, lam, channel_dim, needs)
     z = x.to(_compute_dtype(x))
-    kernel = _fused_kernel(z)
-    if kernel is not None:
-        grad_x, grad_k, grad_l = kernel.backward(name, z, grad_out, kappa, lam,
-                                                 channel_dim)
-        grad_x = grad_x.to(x.dtype) if need_x else None
-        return (grad_x, _grad_to_param(grad_k if need_k else None, kappa),
-                _grad_to_param(grad_l if need_l else None, lam))
-
     k, l = _param_views(x, kappa, lam, channel_dim, z.dtype)  # noqa: E741
     inv_l = 1.0 / l
     sp, g, w = _eta_parts(z, k, l)
@@ -238,38 +266,146 @@ def _eta_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
     return grad_x, _grad_to_param(grad_k, kappa), _grad_to_param(grad_l, lam)
 
 
-def _eta_backward(name: str, ctx, grad_out: Tensor):
-    x, kappa, lam = ctx.saved_tensors
-    needs = needs_input_grad(ctx, 3)
-    if ctx.lambda_min is None:  # the parameters came clamped (tracing)
-        return (*_eta_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
-                            needs), None, None)
-    k, l = _kernel_params(kappa, lam, ctx.lambda_min)  # noqa: E741
-    grad_x, grad_k, grad_l = _eta_grads(name, x, grad_out, k, l,
-                                        ctx.channel_dim, needs)
-    return (grad_x, *_chain_to_params(grad_k, grad_l, kappa, lam,
-                                      ctx.lambda_min), None, None)
+class _Clamping:
+    """Implementations whose math takes the parameters clamped and both
+    shared or both per channel (:func:`_kernel_params`); the chain rule to
+    the raw parameters is :func:`_chain_to_params`."""
+
+    @classmethod
+    def forward(cls, name, x, kappa, lam, lambda_min, channel_dim):
+        _check_params(x, kappa, lam, channel_dim)
+        return cls.clamped_forward(name, x,
+                                   *_kernel_params(kappa, lam, lambda_min),
+                                   channel_dim)
+
+    @classmethod
+    def grads(cls, name, x, grad_out, kappa, lam, lambda_min, channel_dim,
+              needs):
+        k, l = _kernel_params(kappa, lam, lambda_min)  # noqa: E741
+        grad_x, grad_k, grad_l = cls.clamped_grads(name, x, grad_out, k, l,
+                                                   channel_dim, needs)
+        return (grad_x,
+                *_chain_to_params(grad_k, grad_l, kappa, lam, lambda_min))
+
+
+class _Torch(_Clamping):
+    """torch ops, any device and dtype."""
+    clamped_forward = staticmethod(_torch_forward)
+    clamped_grads = staticmethod(_torch_grads)
+
+
+class _Triton(_Clamping):
+    """The fused Triton kernels (:mod:`mmact.ops.apa_triton`, imported on
+    first use: it imports triton)."""
+
+    @staticmethod
+    def clamped_forward(*args):
+        from .apa_triton import eta_forward
+        return eta_forward(*args)
+
+    @staticmethod
+    def clamped_grads(*args):
+        from .apa_triton import eta_backward
+        return eta_backward(*args)
+
+
+class _C:
+    """The fused C kernels (:mod:`mmact.ops.apa_cpu_kernel`): float32 CPU
+    tensors and parameters; one C call each way, which clamps lambda and
+    returns the raw parameters' gradients itself."""
+
+    @staticmethod
+    def forward(name, x, kappa, lam, lambda_min, channel_dim):
+        _check_params(x, kappa, lam, channel_dim)
+        if kappa.numel() != lam.numel():
+            kappa, lam = _expanded(kappa, lam)
+        return get_kernel().forward(name, x, kappa, lam, lambda_min,
+                                    channel_dim)
+
+    @staticmethod
+    def grads(name, x, grad_out, kappa, lam, lambda_min, channel_dim, needs):
+        k, l = _expanded(kappa, lam)  # noqa: E741
+        grad_x, grad_k, grad_l = get_kernel().backward(name, x, grad_out, k, l,
+                                                       lambda_min, channel_dim,
+                                                       needs[1], needs[2])
+        if kappa.numel() != lam.numel():  # sum the expanded one's
+            grad_k, grad_l = _chain_to_params(grad_k, grad_l, kappa, lam, 0.0)
+        return grad_x if needs[0] else None, grad_k, grad_l
+
+
+_IMPLEMENTATIONS = {'torch': _Torch, 'triton': _Triton, 'c': _C}
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+_F32 = torch.float32
+
+
+def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
+    """Which implementation evaluates APA / AGLU on ``x``: the one place
+    this is decided (the backends in force come from
+    :mod:`mmact.ops.backends`, decided once):
+
+    ==========================================  ==========
+    call                                        runs
+    ==========================================  ==========
+    inside ``torch.onnx.export``                ``export``
+    traced (``torch.compile``, ``torch.jit``,   ``traced``
+    fake tensors, dispatch modes)
+    a tensor the Triton settings cover (CUDA    ``triton``
+    float32 / float16 / bfloat16; CPU with
+    ``triton='all'``)
+    plain strided float32 CPU tensor, float32   ``c``
+    parameters, C kernels on and built
+    anything else                               ``torch``
+    ==========================================  ==========
+    """
+    if is_tracing():  # first: tracers reject reading x.layout
+        return 'export' if torch.onnx.is_in_onnx_export() else 'traced'
+    if backends.takes_triton(x):
+        return 'triton'
+    if (x.is_cpu and x.dtype is _F32 and kappa.dtype is _F32
+            and lam.dtype is _F32 and type(x) in _PLAIN_TYPES
+            and x.layout == torch.strided and backends.settings().cpu_kernels
+            and get_kernel() is not None):
+        return 'c'
+    return 'torch'
 
 
 def _eta_apply(name: str, ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-               lambda_min: Optional[float], channel_dim: int) -> Tensor:
+               lambda_min: Optional[float], channel_dim: int,
+               impl: str) -> Tensor:
     ctx.save_for_backward(x, kappa, lam)
-    ctx.lambda_min, ctx.channel_dim = lambda_min, channel_dim
-    if lambda_min is not None:
-        kappa, lam = _kernel_params(kappa, lam, lambda_min)
-    return _eta_forward(name, x, kappa, lam, channel_dim)
+    ctx.lambda_min, ctx.channel_dim, ctx.impl = lambda_min, channel_dim, impl
+    if lambda_min is None:  # traced: the parameters came clamped
+        return _torch_forward(name, x, kappa, lam, channel_dim)
+    return _IMPLEMENTATIONS[impl].forward(name, x, kappa, lam, lambda_min,
+                                          channel_dim)
+
+
+def _eta_backward(name: str, ctx, grad_out: Tensor):
+    x, kappa, lam = ctx.saved_tensors
+    needs = needs_input_grad(ctx, 3)
+    if ctx.lambda_min is None:
+        grads = _torch_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
+                             needs)
+    else:
+        grads = _IMPLEMENTATIONS[ctx.impl].grads(name, x, grad_out, kappa, lam,
+                                                 ctx.lambda_min,
+                                                 ctx.channel_dim, needs)
+    return (*grads, None, None, None)
 
 
 class _APAFunction(torch.autograd.Function):
     """eta(z; k, l) with recompute-in-backward (saves only the input and the
     raw parameters; the lambda clamp and the expansion of a shared parameter
     happen inside, so that autograd records one node per call). With
-    ``lambda_min=None`` the parameters come clamped and expanded."""
+    ``lambda_min=None`` (traced) the parameters come clamped and expanded
+    and torch ops run."""
 
     @staticmethod
     def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-                lambda_min: Optional[float], channel_dim: int) -> Tensor:
-        return _eta_apply('apa', ctx, x, kappa, lam, lambda_min, channel_dim)
+                lambda_min: Optional[float], channel_dim: int,
+                impl: str) -> Tensor:
+        return _eta_apply('apa', ctx, x, kappa, lam, lambda_min, channel_dim,
+                          impl)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
@@ -281,73 +417,51 @@ class _AGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, kappa: Tensor, lam: Tensor,
-                lambda_min: Optional[float], channel_dim: int) -> Tensor:
-        return _eta_apply('aglu', ctx, x, kappa, lam, lambda_min,
-                          channel_dim)
+                lambda_min: Optional[float], channel_dim: int,
+                impl: str) -> Tensor:
+        return _eta_apply('aglu', ctx, x, kappa, lam, lambda_min, channel_dim,
+                          impl)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         return _eta_backward('aglu', ctx, grad_out)
 
 
-def _composite_eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
-    """Stable eta written with standard differentiable ops (export path)."""
-    return torch.exp(-F.softplus(torch.log(l) - k * z) / l)
-
-
-def clamp_lambda(lambda_: Tensor, lambda_min: float) -> Tensor:
-    """``max(lambda_, lambda_min)`` with the gradient passed where
-    ``lambda_ > lambda_min`` only, on every torch.
-
-    ``Tensor.clamp`` passes the gradient at ``lambda_ == lambda_min`` on
-    torch 2.1 and stops it on newer torch; this strict boundary is the one
-    the fused backwards and :func:`rebuilt_backward` use.
-    """
-    return torch.where(lambda_ > lambda_min, lambda_, lambda_min)
-
-
-def _kernel_params(kappa: Tensor, lambda_: Tensor,
-                   lambda_min: float) -> Tuple[Tensor, Tensor]:
-    """``kappa`` and ``lambda_`` clamped to ``lambda_min``, both shared or
-    both per channel (the form the kernels take)."""
-    lam = clamp_lambda(lambda_, lambda_min)
-    # A shared parameter beside a per-channel one is expanded (autograd, or
-    # _chain_to_params, sums its gradient).
-    if kappa.numel() == 1 and lam.numel() > 1:
-        kappa = kappa.reshape(1).expand(lam.numel()).contiguous()
-    elif lam.numel() == 1 and kappa.numel() > 1:
-        lam = lam.reshape(1).expand(kappa.numel()).contiguous()
-    return kappa, lam
+def _export(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+            lambda_min: float, channel_dim: int) -> Tensor:
+    """Standard ops only, so that any exporter can translate them."""
+    kappa, lam = _kernel_params(kappa, lam, lambda_min)
+    z = x.to(_compute_dtype(x))
+    k = kappa.to(z.dtype).reshape(
+        _broadcast_shape(kappa, x, channel_dim, 'kappa'))
+    l = lam.to(z.dtype).reshape(  # noqa: E741
+        _broadcast_shape(lam, x, channel_dim, 'lambda'))
+    eta = _composite_eta(z, k, l)
+    return (z * eta if name == 'aglu' else eta).to(x.dtype)
 
 
 def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
-         lambda_min: float, channel_dim: int, op: str,
-         with_input: bool) -> Tensor:
+         lambda_min: float, channel_dim: int, op: str) -> Tensor:
     _check_input(x, op)
     if not lambda_min > 0:
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
     kappa, lam = _as_param(kappa, x), _as_param(lambda_, x)
-    if torch.onnx.is_in_onnx_export():
-        # Compose standard ops so that any exporter can translate it.
-        kappa, lam = _kernel_params(kappa, lam, lambda_min)
-        z = x.to(_compute_dtype(x))
-        k = kappa.to(z.dtype).reshape(
-            _broadcast_shape(kappa, x, channel_dim, 'kappa'))
-        l = lam.to(z.dtype).reshape(  # noqa: E741
-            _broadcast_shape(lam, x, channel_dim, 'lambda'))
-        eta = _composite_eta(z, k, l)
-        return (z * eta if with_input else eta).to(x.dtype)
+    impl = _implementation(x, kappa, lam)
+    if impl == 'export':
+        return _export(op, x, kappa, lam, lambda_min, channel_dim)
     if not (torch.is_grad_enabled() and
             (x.requires_grad or kappa.requires_grad or lam.requires_grad)):
         # Nothing to differentiate (eval, no_grad): no autograd node.
-        return _eta_forward(op, x, *_kernel_params(kappa, lam, lambda_min),
-                            channel_dim)
-    if is_tracing():
+        impl = 'torch' if impl == 'traced' else impl
+        return _IMPLEMENTATIONS[impl].forward(op, x, kappa, lam, lambda_min,
+                                              channel_dim)
+    if impl == 'traced':
         # torch 2.1's dynamo cannot trace the clamp inside the Function's
         # backward: clamp as ordinary ops, which autograd differentiates.
+        _check_params(x, kappa, lam, channel_dim)
         return fn.apply(x, *_kernel_params(kappa, lam, lambda_min), None,
-                        channel_dim)
-    return fn.apply(x, kappa, lam, lambda_min, channel_dim)
+                        channel_dim, impl)
+    return fn.apply(x, kappa, lam, lambda_min, channel_dim, impl)
 
 
 def apa(x: Tensor,
@@ -370,15 +484,8 @@ def apa(x: Tensor,
     Returns:
         Tensor: ``eta(x)`` with the dtype and shape of ``x``.
     """
-    return _run(
-        _APAFunction,
-        x,
-        kappa,
-        lambda_,
-        lambda_min,
-        channel_dim,
-        'apa',
-        with_input=False)
+    return _run(_APAFunction, x, kappa, lambda_, lambda_min, channel_dim,
+                'apa')
 
 
 def aglu(x: Tensor,
@@ -403,15 +510,8 @@ def aglu(x: Tensor,
     Returns:
         Tensor: ``x * eta(x)`` with the dtype and shape of ``x``.
     """
-    return _run(
-        _AGLUFunction,
-        x,
-        kappa,
-        lambda_,
-        lambda_min,
-        channel_dim,
-        'aglu',
-        with_input=True)
+    return _run(_AGLUFunction, x, kappa, lambda_, lambda_min, channel_dim,
+                'aglu')
 
 
 def rebuild_input(src: Tensor,
@@ -474,50 +574,40 @@ def _kernel_rebuildable(grad_out: Tensor, src: Tensor, scale: Optional[Tensor],
     return all(_rows_or_channels(t, src, rows) for t, rows in coefs)
 
 
-def _fused_rebuilt_grads(name: str, grad_out: Tensor, k: Tensor, lam: Tensor,
-                         channel_dim: int, needs: Sequence[bool], src: Tensor,
+def _fused_rebuilt_grads(name: str, grad_out: Tensor, kappa: Tensor,
+                         lam: Tensor, lambda_min: float, channel_dim: int,
+                         needs: Sequence[bool], src: Tensor,
                          scale: Optional[Tensor], shift: Optional[Tensor],
                          other: Optional[Tensor],
                          other_scale: Optional[Tensor]):
-    """``(grad_z, grad_k, grad_l)`` from a fused kernel that rebuilds the
-    input itself (Triton on the Triton path, C for float32 CPU tensors of
-    one dtype), or None where none applies."""
+    """``(grad_z, grad_kappa, grad_lambda)`` (raw parameters) from a fused
+    kernel that rebuilds the input itself (Triton on the Triton path, C for
+    float32 CPU tensors), or None where none applies."""
     if not _kernel_rebuildable(grad_out, src, scale, shift, other, other_scale,
-                               k.numel() > 1, channel_dim):
+                               max(kappa.numel(), lam.numel()) > 1,
+                               channel_dim):
         return None
-    if use_triton(grad_out) and all(
-            t is None or use_triton(t) for t in (src, other)):
+    impl = _implementation(src, kappa, lam)
+    if impl == 'triton' and all(
+            t is None or backends.takes_triton(t) for t in (grad_out, other)):
         from .apa_triton import eta_backward_rebuilt  # imports triton
-        return eta_backward_rebuilt(name, grad_out, k, lam, src, scale, shift,
-                                    other, other_scale, needs)
-    if any(t is not None and t.dtype != src.dtype for t in (grad_out, other)):
+        k, l = _kernel_params(kappa, lam, lambda_min)  # noqa: E741
+        grads = eta_backward_rebuilt(name, grad_out, k, l, src, scale, shift,
+                                     other, other_scale, needs)
+        if grads is None:  # a layout the kernel cannot index
+            return None
+        return (grads[0],
+                *_chain_to_params(*grads[1:], kappa, lam, lambda_min))
+    if impl != 'c' or any(t is not None and t.dtype != src.dtype
+                          for t in (grad_out, other)):
         return None
-    kernel = _fused_kernel(src)
-    if kernel is None:
-        return None
-    C = src.shape[1]
-    ones = src.new_ones(C)
-    grad_z, grad_k, grad_l = kernel.backward_rebuilt(
-        name, grad_out, k, lam, src, ones if scale is None else scale,
-        src.new_zeros(C) if shift is None else shift, other,
-        ones if other_scale is None else other_scale)
-    return (grad_z, grad_k if needs[1] else None, grad_l if needs[2] else None)
-
-
-def _chain_to_params(grad_k: Optional[Tensor], grad_l: Optional[Tensor],
-                     kappa: Tensor, lambda_: Tensor, lambda_min: float):
-    """Gradients w.r.t. the kernel parameters (:func:`_kernel_params`) to
-    those w.r.t. ``kappa`` and ``lambda_``, as autograd does through
-    ``_kernel_params``: expanded shared values are summed and the clamp
-    passes the gradient only where ``lambda_ > lambda_min``."""
-    if grad_k is not None:
-        grad_k = grad_k.sum() if kappa.numel() == 1 else grad_k
-        grad_k = grad_k.reshape(kappa.shape).to(kappa.dtype)
-    if grad_l is not None:
-        grad_l = grad_l.sum() if lambda_.numel() == 1 else grad_l
-        grad_l = grad_l.reshape(lambda_.shape).to(lambda_.dtype)
-        grad_l = torch.where(lambda_.detach() > lambda_min, grad_l, 0)
-    return grad_k, grad_l
+    k, l = _expanded(kappa, lam)  # noqa: E741
+    grad_z, grad_k, grad_l = get_kernel().backward_rebuilt(
+        name, grad_out, k, l, lambda_min, src, scale, shift, other,
+        other_scale, needs[1], needs[2])
+    if kappa.numel() != lam.numel():  # sum the expanded one's
+        grad_k, grad_l = _chain_to_params(grad_k, grad_l, kappa, lam, 0.0)
+    return grad_z, grad_k, grad_l
 
 
 def rebuilt_backward(
@@ -564,17 +654,19 @@ def rebuilt_backward(
     """
     if name not in ('apa', 'aglu'):
         raise ValueError(f"name must be 'apa' or 'aglu', got {name!r}")
-    need_k, need_l = kappa.requires_grad, lambda_.requires_grad
-    k, lam = _kernel_params(kappa.detach(), lambda_.detach(), lambda_min)
-    needs = (True, need_k, need_l)
-    grads = _fused_rebuilt_grads(name, grad_out, k, lam, channel_dim, needs,
-                                 src, scale, shift, other, other_scale)
+    kappa_grad, lambda_grad = kappa.requires_grad, lambda_.requires_grad
+    kappa, lambda_ = kappa.detach(), lambda_.detach()
+    needs = (True, kappa_grad, lambda_grad)
+    grads = _fused_rebuilt_grads(name, grad_out, kappa, lambda_, lambda_min,
+                                 channel_dim, needs, src, scale, shift, other,
+                                 other_scale)
     if grads is None:
         z = rebuild_input(src, scale, shift, other, other_scale)
-        grads = _eta_grads(name, z, grad_out, k, lam, channel_dim, needs)
-    grad_z, grad_k, grad_l = grads
-    return (grad_z,
-            *_chain_to_params(grad_k, grad_l, kappa, lambda_, lambda_min))
+        impl = _implementation(z, kappa, lambda_)
+        impl = impl if impl in _IMPLEMENTATIONS else 'torch'
+        grads = _IMPLEMENTATIONS[impl].grads(name, z, grad_out, kappa, lambda_,
+                                             lambda_min, channel_dim, needs)
+    return grads
 
 
 def apa_reference(x: Tensor, kappa: Tensor, lambda_: Tensor) -> Tensor:

@@ -1,6 +1,6 @@
 """Launchers of the fused Triton APA / AGLU kernels.
 
-Called by :mod:`mmact.ops.apa` when :func:`~mmact.ops.dispatch.use_triton`
+Called by :mod:`mmact.ops.apa` when :func:`~mmact.ops.backends.use_triton`
 says so; parameter shapes are validated there. Any dense layout (NCHW,
 ``channels_last``, NLC, ...) is processed in storage order, so no copy is
 made; other strides are made contiguous first. Backward is two launches:

@@ -1,29 +1,36 @@
-"""Build, cache and load small C kernels for the host's vector ISA.
+"""Build, cache and load the C kernels for the host's vector ISA.
 
-The fused CPU kernels (:mod:`mmact.ops.apa_cpu_kernel`,
-:mod:`mmact.ops.fles.cpu_kernel`) are plain C compiled on first use with the
-system compiler (``$CC``, default ``cc``) and loaded with :mod:`ctypes`.
+The fused CPU kernels are C files in the package (``mmact/ops/csrc``:
+``apa.c`` / ``apa.h`` for :mod:`mmact.ops.apa_cpu_kernel`, ``fles.c`` /
+``fles.h`` for :mod:`mmact.ops.fles.cpu_kernel`, ``prelude.h`` for both),
+compiled on first use with the system compiler (``$CC``, default ``cc``;
+about a second) and loaded with :mod:`ctypes`.
 
+* **Signatures, declared once.** A kernel's header holds the only
+  prototypes of its entries: the C file is compiled against it, and
+  :class:`KernelLibrary` declares the ctypes functions from the same text
+  (:func:`parse_prototypes`), so Python and C cannot disagree.
 * **ISA.** The library is built for the best vector ISA the running CPU
   supports (``avx512`` > ``avx2`` > ``portable``, read from the CPU flags);
   ``MMACT_CPU_ISA`` selects a lower one (e.g. to compare builds).
 * **Cache.** Libraries live in ``$MMACT_CACHE_DIR`` (default
   ``~/.cache/mmact``) under a name derived from a *build key*: a hash of the
-  source, the compiler flags, the compiler's version, and the CPU's model
-  name and flags. A home directory shared by machines with different CPUs
-  therefore holds one library per CPU, and the key is also compiled into the
-  library (``mmact_build_key()``): a library whose key does not match the
-  running machine is refused (:class:`BuildKeyMismatch`) and rebuilt.
-* **Threads.** Kernels work on index ranges ``[s, e)`` (thread index
-  ``t``). Built with OpenMP (``-fopenmp``; the library then shares the
-  ``libgomp`` runtime, and so the thread team, that torch already loaded),
-  ``NAME_mt`` runs the ranges on OpenMP threads; without OpenMP
-  :meth:`KernelLibrary.launch` splits them over Python threads (ctypes
-  releases the GIL). ``MMACT_CPU_OPENMP=0`` builds without OpenMP.
+  source (its headers inlined), the compiler flags, the compiler's version,
+  and the CPU's model name and flags. A home directory shared by machines
+  with different CPUs therefore holds one library per CPU, and the key is
+  also compiled into the library (``mmact_build_key()``): a library whose
+  key does not match the running machine is refused
+  (:class:`BuildKeyMismatch`) and rebuilt.
+* **Threads.** Entries take a thread count and split their ranges on
+  OpenMP threads (``-fopenmp``; the library then shares the ``libgomp``
+  runtime, and so the thread team, that torch already loaded); built
+  without OpenMP (``MMACT_CPU_OPENMP=0``, or a compiler without it) they
+  run in the calling thread. There is no other thread pool.
 
 Nothing here is required: without a compiler, on other platforms than
-Linux, or with ``MMACT_DISABLE_CPU_KERNEL=1``, :func:`get_library` returns
-None and the ops use their torch path.
+Linux, or with the C kernels switched off (``MMACT_DISABLE_CPU_KERNEL=1``,
+:func:`mmact.ops.backends.configure`), :func:`get_library` returns None and
+the ops use their torch path.
 """
 import ctypes
 import hashlib
@@ -33,19 +40,22 @@ import os.path as osp
 import platform
 import shutil
 import subprocess
+import re
 import tempfile
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
+from . import backends
+
 __all__ = [
-    'ISAS', 'BuildKeyMismatch', 'cpu_model', 'cpu_flags', 'supported_isas',
-    'host_isa', 'build_key', 'build_library', 'load_library', 'get_library',
-    'KernelLibrary', 'split_ranges', 'run_parallel', 'PRELUDE'
+    'ISAS', 'CSRC', 'BuildKeyMismatch', 'cpu_model', 'cpu_flags',
+    'supported_isas', 'host_isa', 'read_source', 'parse_prototypes',
+    'build_key', 'build_library', 'load_library', 'get_library',
+    'KernelLibrary'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -79,34 +89,89 @@ _BASE_FLAGS = [
 ]
 _KEY_SYMBOL = 'mmact_build_key'
 
-#: Prepended to every kernel source. ``MMACT_PARALLEL(NAME, (params),
-#: (args))`` defines ``NAME_mt(params, nt, total, step)`` running
-#: ``NAME(args, s, e, t)`` on the ranges ``[t step, (t + 1) step)`` of
-#: ``[0, total)`` for ``t < nt`` on OpenMP threads (only with OpenMP).
-PRELUDE = r"""
-#include <stdint.h>
-#define MMACT_UNPAREN(...) __VA_ARGS__
-#ifdef _OPENMP
-#include <omp.h>
-int mmact_openmp(void) { return 1; }
-#define MMACT_PARALLEL(NAME, PARAMS, ARGS)                                 \
-void NAME##_mt(MMACT_UNPAREN PARAMS, int64_t nt, int64_t total,            \
-               int64_t step) {                                             \
-    _Pragma("omp parallel num_threads(nt) if(nt > 1)")                     \
-    {                                                                      \
-        const int64_t nteam = omp_get_num_threads();                       \
-        for (int64_t t = omp_get_thread_num(); t < nt; t += nteam) {       \
-            const int64_t s = t * step;                                    \
-            const int64_t e = s + step < total ? s + step : total;         \
-            if (s < e) NAME(MMACT_UNPAREN ARGS, s, e, t);                  \
-        }                                                                  \
-    }                                                                      \
+#: The kernels' C sources (package data).
+CSRC = osp.join(osp.dirname(osp.abspath(__file__)), 'csrc')
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
+
+
+def read_source(name: str, source_dir: str = CSRC) -> str:
+    """The text of ``source_dir/name.c`` with its local ``#include "..."``
+    headers inlined (each once; ``#line`` keeps compiler messages pointing
+    at the files): what is compiled and what the build key hashes.
+
+    Args:
+        name: the kernel's file stem (``'apa'``, ``'fles'``).
+        source_dir: where its files are; default :data:`CSRC`.
+    """
+
+    def inline(file: str, seen: set) -> str:
+        with open(osp.join(source_dir, file)) as f:
+            text = f.read()
+        path = f'{osp.basename(source_dir)}/{file}'  # not the checkout's
+        out, pos, line = [f'#line 1 "{path}"\n'], 0, 1
+        for m in _LOCAL_INCLUDE.finditer(text):
+            out.append(text[pos:m.start()])
+            line += text.count('\n', pos, m.end()) + 1
+            if m.group(1) not in seen:
+                seen.add(m.group(1))
+                out.append(inline(m.group(1), seen))
+                out.append(f'\n#line {line} "{path}"')
+            pos = m.end()
+        out.append(text[pos:])
+        return ''.join(out)
+
+    return inline(f'{name}.c', set())
+
+
+# C types a prototype may use, as ctypes.
+_CTYPES = {
+    'void': None,
+    'int64_t': ctypes.c_int64,
+    'float': ctypes.c_float,
+    'const char*': ctypes.c_char_p,
 }
-#else
-int mmact_openmp(void) { return 0; }
-#define MMACT_PARALLEL(NAME, PARAMS, ARGS)
-#endif
-"""
+_PROTOTYPE = re.compile(r'([\w ]+?\*?)\s*(\w+)\((.*)\)')
+
+
+def _ctype(decl: str, where: str):
+    """ctypes type of a C type (a parameter's declaration without its name,
+    or a return type)."""
+    decl = ' '.join(decl.replace('*', ' * ').split()).replace(' *', '*')
+    if decl.endswith('*') and decl != 'const char*':
+        return ctypes.c_void_p
+    if decl not in _CTYPES:
+        raise ValueError(f'{where}: C type {decl!r} has no ctypes form here '
+                         f'(use pointers, {", ".join(_CTYPES)})')
+    return _CTYPES[decl]
+
+
+def parse_prototypes(header: str) -> Dict[str, Tuple[object, List[object]]]:
+    """``name -> (restype, argtypes)`` of every prototype in ``header``
+    (C declarations ``type name(type param, ...);`` at the start of a line,
+    spread over lines as formatted).
+
+    Raises:
+        ValueError: a type without a ctypes form (anything but pointers,
+            ``int64_t``, ``float``, ``void``, ``const char*``).
+    """
+    text = re.sub(r'/\*.*?\*/', ' ', header, flags=re.DOTALL)
+    text = ' '.join(line for line in text.splitlines()
+                    if not line.lstrip().startswith('#'))
+    found = {}
+    for decl in text.split(';'):
+        m = _PROTOTYPE.fullmatch(' '.join(decl.split()))
+        if m is None:
+            continue
+        ret, name, params = m.group(1).strip(), m.group(2), m.group(3)
+        args = []
+        for p in params.split(','):
+            p = p.strip()
+            if p in ('', 'void'):
+                continue
+            decl = re.sub(r'\w+$', '', p)  # drop the parameter's name
+            args.append(_ctype(decl, f'{name}({p})'))
+        found[name] = (_ctype(ret, name), args)
+    return found
 
 
 class BuildKeyMismatch(RuntimeError):
@@ -228,8 +293,9 @@ def build_library(name: str,
                   isa: Optional[str] = None,
                   cache_dir: Optional[str] = None,
                   openmp: Optional[bool] = None) -> Tuple[str, str]:
-    """Compile :data:`PRELUDE` + ``source`` for ``isa`` unless the cache has
-    it.
+    """Compile ``source`` (from :func:`read_source`) for ``isa`` unless the
+    cache has it; the build adds ``mmact_build_key()`` and
+    ``mmact_openmp()`` (1 when built with OpenMP).
 
     Args:
         name: file name stem of the library.
@@ -260,9 +326,12 @@ def build_library(name: str,
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         src = osp.join(tmp, f'{name}.c')
         with open(src, 'w') as f:
-            f.write(PRELUDE + source)
-            f.write(f'\nconst char *{_KEY_SYMBOL}(void) '
-                    f'{{ return "{key}"; }}\n')
+            f.write(source)
+            f.write(
+                f'\nconst char* {_KEY_SYMBOL}(void) '
+                f'{{ return "{key}"; }}\n'
+                '#include <stdint.h>\n'
+                f'int64_t mmact_openmp(void) {{ return {int(openmp)}; }}\n')
         out = osp.join(tmp, f'{name}.so')
         proc = subprocess.run(
             [compiler[0], *_flags(isa, openmp), src, '-o', out, '-lm'],
@@ -301,120 +370,67 @@ def load_library(path: str, key: str) -> ctypes.CDLL:
 
 
 class KernelLibrary:
-    """A loaded kernel library and how to launch its range kernels.
+    """A loaded kernel library with its entries declared from the header.
 
     Args:
         lib: from :func:`load_library`.
+        header: the C prototypes of its entries (the kernel's ``.h``).
     """
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, header: str = '') -> None:
         self.lib = lib
-        lib.mmact_openmp.restype = ctypes.c_int
+        lib.mmact_openmp.restype = ctypes.c_int64
         self.openmp = bool(lib.mmact_openmp())
+        self.entries = {}
+        for name, (restype, argtypes) in parse_prototypes(header).items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
+            self.entries[name] = fn
 
-    def declare(self, name: str, argtypes: Sequence) -> None:
-        """Declare ``name(*argtypes, s, e, t)`` (and its ``_mt`` form)."""
-        i64 = ctypes.c_int64
-        fn = getattr(self.lib, name)
-        fn.argtypes, fn.restype = list(argtypes) + [i64] * 3, None
-        if self.openmp:
-            fn = getattr(self.lib, f'{name}_mt')
-            fn.argtypes, fn.restype = list(argtypes) + [i64] * 3, None
-
-    def launch(self, name: str, args: tuple,
-               ranges: Sequence[Tuple[int, int]]) -> None:
-        """Run ``name(*args, s, e, t)`` for every ``(s, e)`` of ``ranges``
-        (from :func:`split_ranges`), ``t`` being the range's index."""
-        if len(ranges) > 1 and self.openmp:
-            step = ranges[0][1] - ranges[0][0]
-            getattr(self.lib, f'{name}_mt')(*args, len(ranges), ranges[-1][1],
-                                            step)
-            return
-        run_parallel(
-            getattr(self.lib, name), ranges, lambda t, s, e: args + (s, e, t))
+    def __getitem__(self, name: str):
+        """The declared entry ``name``."""
+        return self.entries[name]
 
 
 _lock = threading.Lock()
 _libraries: Dict[str, Optional[KernelLibrary]] = {}
 
 
-def get_library(name: str, source: str) -> Optional[KernelLibrary]:
-    """The library of ``source`` for this machine, built on first use.
+def get_library(name: str, source_dir: str = CSRC) -> Optional[KernelLibrary]:
+    """The library of kernel ``name`` (``source_dir/name.c`` against
+    ``name.h``) for this machine, built on first use.
 
     Returns None (with a warning if a build was attempted and failed) when
-    kernels are disabled or cannot be built; callers then use torch.
+    the C kernels are switched off (:mod:`mmact.ops.backends`) or cannot be
+    built; callers then use torch.
 
     Args:
-        name: file name stem of the library (also the in-process cache key).
-        source: the C source.
+        name: the kernel's file stem (also the in-process cache key).
+        source_dir: where its files are; default :data:`CSRC`.
     """
+    if not backends.settings().cpu_kernels:
+        return None
     if name in _libraries:
         return _libraries[name]
     with _lock:
         if name in _libraries:
             return _libraries[name]
         lib = None
-        if os.environ.get('MMACT_DISABLE_CPU_KERNEL', '0') in ('', '0'):
+        try:
+            source = read_source(name, source_dir)
+            with open(osp.join(source_dir, f'{name}.h')) as f:
+                header = f.read()
+            stem = f'mmact_{name}'
+            path, key = build_library(stem, source)
             try:
-                path, key = build_library(name, source)
-                try:
-                    lib = KernelLibrary(load_library(path, key))
-                except BuildKeyMismatch:
-                    os.remove(path)  # stale or foreign: rebuild once
-                    lib = KernelLibrary(
-                        load_library(*build_library(name, source)))
-            except Exception as e:  # compiler/loader problems -> torch path
-                warnings.warn(f'mmact: CPU kernel {name} unavailable '
-                              f'({type(e).__name__}: {str(e)[:300]}); using '
-                              'the slower torch implementation')
+                lib = KernelLibrary(load_library(path, key), header)
+            except BuildKeyMismatch:
+                os.remove(path)  # stale or foreign: rebuild once
+                lib = KernelLibrary(
+                    load_library(*build_library(stem, source)), header)
+        except Exception as e:  # compiler/loader problems -> torch path
+            warnings.warn(f'mmact: CPU kernel {name} unavailable '
+                          f'({type(e).__name__}: {str(e)[:300]}); using '
+                          'the slower torch implementation')
         _libraries[name] = lib
     return lib
-
-
-_pool: Optional[ThreadPoolExecutor] = None
-
-
-def _reset_pool_after_fork() -> None:
-    global _pool
-    _pool = None  # threads do not survive fork(); a child starts its own
-
-
-if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_reset_pool_after_fork)
-
-
-def split_ranges(n: int,
-                 min_per_thread: int,
-                 align: int = 1,
-                 threads: Optional[int] = None) -> List[Tuple[int, int]]:
-    """Split ``range(n)`` into at most ``threads`` (default torch's thread
-    count) contiguous ranges of at least ``min_per_thread`` items, each
-    starting at a multiple of ``align``."""
-    threads = torch.get_num_threads() if threads is None else threads
-    threads = max(1, min(threads, n // max(min_per_thread, 1)))
-    step = -(-n // threads)
-    step = -(-step // align) * align
-    return [(s, min(s + step, n)) for s in range(0, n, max(step, 1))]
-
-
-def run_parallel(fn: Callable, ranges: Sequence[Tuple[int, int]],
-                 make_args: Callable[[int, int, int], tuple]) -> None:
-    """Call ``fn(*make_args(t, start, end))`` for every range, in threads.
-
-    Args:
-        fn: a ctypes function (releases the GIL while it runs).
-        ranges: from :func:`split_ranges`.
-        make_args: ``(thread index, start, end) -> arguments``.
-    """
-    global _pool
-    if len(ranges) > 1:
-        if _pool is None or _pool._max_workers < len(ranges) - 1:
-            _pool = ThreadPoolExecutor(len(ranges) - 1)
-        futures = [
-            _pool.submit(fn, *make_args(t, s, e))
-            for t, (s, e) in enumerate(ranges) if t
-        ]
-    fn(*make_args(0, *ranges[0]))  # the calling thread takes a share
-    if len(ranges) > 1:
-        for f in futures:
-            f.result()

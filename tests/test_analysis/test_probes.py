@@ -86,8 +86,9 @@ def test_expected_output_against_quadrature():
     assert expected_output(IGLU(sigma=1e4))[0] == pytest.approx(
         1 / math.sqrt(2 * math.pi), abs=1e-4)
     # APA gate with kappa = lambda = 1 is the sigmoid: E = 1/2 by symmetry
+    # (float32 curve from the C kernel: relative error 2e-7 per value)
     assert expected_output(APA(kappa_init=1.0, lambda_init=1.0))[0] == \
-        pytest.approx(0.5, abs=1e-9)
+        pytest.approx(0.5, abs=1e-7)
 
 
 class TwoAttention(nn.Module):

@@ -1,12 +1,19 @@
-"""Tests of mmact.ops.cpu_build: ISA choice, build keys, cache refusal."""
+"""Tests of mmact.ops.cpu_build: ISA choice, build keys, cache refusal,
+sources as files, signatures from the headers."""
+import ctypes
+import os.path as osp
+import re
+
 import pytest
 
-from mmact.ops import cpu_build
-from mmact.ops.cpu_build import (ISAS, BuildKeyMismatch, build_key,
+from mmact.ops import backends, cpu_build
+from mmact.ops.cpu_build import (CSRC, ISAS, BuildKeyMismatch, build_key,
                                  build_library, host_isa, load_library,
-                                 split_ranges, supported_isas)
+                                 parse_prototypes, read_source, supported_isas)
 
 SOURCE = 'int mmact_answer(void) { return 42; }\n'
+PROBE_H = '/* the probe */\n#include <stdint.h>\nint64_t mmact_answer(void);\n'
+PROBE_C = '#include "probe.h"\nint64_t mmact_answer(void) { return 42; }\n'
 COMPILER = ('/usr/bin/cc', 'cc 1.0')
 
 needs_cc = pytest.mark.skipif(
@@ -53,11 +60,74 @@ def test_build_key_depends_on_cpu_compiler_source_and_isa():
         build_key(SOURCE, 'sse9', COMPILER)
 
 
-def test_split_ranges():
-    assert split_ranges(10, 100, threads=4) == [(0, 10)]
-    ranges = split_ranges(1000, 100, align=64, threads=3)
-    assert ranges[0][0] == 0 and ranges[-1][1] == 1000
-    assert all(s % 64 == 0 for s, _ in ranges) and len(ranges) <= 3
+def test_prototypes_become_ctypes_declarations():
+    header = """/* comment with f(int x); inside */
+#ifndef X
+#include <stdint.h>
+void apa_forward(const float* x, float* y, float lmin,
+                 int64_t C);  /* spread over lines */
+int64_t count(void);
+#endif
+"""
+    found = parse_prototypes(header)
+    assert found == {
+        'apa_forward':
+        (None,
+         [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int64]),
+        'count': (ctypes.c_int64, []),
+    }
+    with pytest.raises(ValueError, match=r"f\(int h\): C type 'int'"):
+        parse_prototypes('void f(int h);')  # no ctypes form: refused
+
+
+@needs_cc
+@pytest.mark.skipif(cpu_build.shutil.which('nm') is None, reason='no nm')
+@pytest.mark.parametrize('name', ['apa', 'fles'])
+def test_every_exported_function_is_declared_in_the_header(name, tmp_path):
+    """The headers are the only declarations: every function the library
+    exports (but the two the build adds) is a prototype of its header,
+    where Python reads the signatures."""
+    import subprocess
+    path, _ = build_library(f'mmact_{name}', read_source(name), None,
+                            str(tmp_path))
+    symbols = subprocess.run(['nm', '-D', '--defined-only', path],
+                             capture_output=True,
+                             text=True,
+                             check=True).stdout.split('\n')
+    exported = {
+        line.split()[-1]
+        for line in symbols if line.split()[1:2] == ['T']
+    } - {'mmact_build_key', 'mmact_openmp'}
+    with open(osp.join(CSRC, f'{name}.h')) as f:
+        assert exported == set(parse_prototypes(f.read()))
+
+
+def test_sources_inline_their_headers_once():
+    source = read_source('apa')
+    assert source.count('#define MMACT_PRELUDE_H') == 1
+    assert source.count('#define MMACT_APA_H') == 1
+    assert '#line 1 "csrc/apa.h"' in source
+    assert '#include "' not in source
+
+
+@needs_cc
+def test_sources_are_package_data(tmp_path):
+    """pip install . ships the C files (setup.py's package_data)."""
+    import subprocess
+    import sys
+    import zipfile
+    root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+    subprocess.run([
+        sys.executable, '-m', 'pip', 'wheel', '--no-deps',
+        '--no-build-isolation', '-q', '-w',
+        str(tmp_path), root
+    ],
+                   check=True,
+                   capture_output=True)
+    wheel, = tmp_path.glob('mmact-*.whl')
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for file in ('apa.c', 'apa.h', 'fles.c', 'fles.h', 'prelude.h'):
+        assert f'mmact/ops/csrc/{file}' in names
 
 
 @needs_cc
@@ -76,22 +146,28 @@ def test_library_of_another_machine_is_refused(tmp_path, monkeypatch):
 
 @needs_cc
 def test_get_library_rebuilds_a_foreign_library(tmp_path, monkeypatch):
+    src_dir = tmp_path / 'csrc'
+    src_dir.mkdir()
+    (src_dir / 'probe.h').write_text(PROBE_H)
+    (src_dir / 'probe.c').write_text(PROBE_C)
     monkeypatch.setenv('MMACT_CACHE_DIR', str(tmp_path))
-    monkeypatch.delenv('MMACT_DISABLE_CPU_KERNEL', raising=False)
     monkeypatch.setattr(cpu_build, '_libraries', {})
-    path, key = build_library('probe', SOURCE)
+    source = read_source('probe', str(src_dir))
+    path, key = build_library('mmact_probe', source)
     # plant a library with another key at this machine's path
-    foreign, _ = build_library('probe', SOURCE + '\n', None,
+    foreign, _ = build_library('mmact_probe', source + '\n', None,
                                str(tmp_path / 'elsewhere'))
     cpu_build.shutil.copy(foreign, path)
     with pytest.raises(BuildKeyMismatch):
         load_library(path, key)
-    lib = cpu_build.get_library('probe', SOURCE)
-    assert lib is not None and lib.lib.mmact_answer() == 42
+    with backends.using(cpu_kernels=True):
+        lib = cpu_build.get_library('probe', str(src_dir))
+    # declared from the header: the int64_t comes back whole
+    assert lib is not None and lib['mmact_answer']() == 42
     assert load_library(path, key) is not None
 
 
-def test_disabled(monkeypatch):
-    monkeypatch.setenv('MMACT_DISABLE_CPU_KERNEL', '1')
+def test_switched_off(monkeypatch):
     monkeypatch.setattr(cpu_build, '_libraries', {})
-    assert cpu_build.get_library('probe', SOURCE) is None
+    with backends.using(cpu_kernels=False):
+        assert cpu_build.get_library('apa') is None

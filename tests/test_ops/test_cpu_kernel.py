@@ -4,7 +4,7 @@ import importlib
 import pytest
 import torch
 
-from mmact.ops import aglu, apa
+from mmact.ops import aglu, apa, backends
 from mmact.ops.apa_cpu_kernel import build_kernel, get_kernel
 from mmact.ops.cpu_build import supported_isas
 
@@ -36,10 +36,31 @@ def _inputs(shape, channels, seed=0):
 
 
 def test_dispatch():
-    big = torch.randn(2, 8, 16, 16)
-    assert apa_mod._fused_kernel(big) is not None
-    assert apa_mod._fused_kernel(big.double()) is None
-    assert apa_mod._fused_kernel(torch.randn(10)) is None
+    k, lam = torch.ones(1), torch.ones(1)
+    for x in (torch.randn(2, 8, 16, 16), torch.randn(10), torch.randn(0)):
+        assert apa_mod._implementation(x, k, lam) == 'c'
+    x = torch.randn(10)
+    assert apa_mod._implementation(x.double(), k, lam) == 'torch'
+    assert apa_mod._implementation(x, k.double(), lam) == 'torch'
+    assert apa_mod._implementation(x.half(), k, lam) == 'torch'
+    with backends.using(cpu_kernels=False):
+        assert apa_mod._implementation(x, k, lam) == 'torch'
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('shape,channels', [((0, 3), 3), ((1, ), 1),
+                                            ((2, 3, 5), 3), ((1, 3), 1)])
+def test_tiny_and_empty_tensors(name, shape, channels):
+    """Small tensors take the C kernels too (one call each way)."""
+    x, k, lam, go = _inputs((64, ), channels, seed=7)
+    n = torch.Size(shape).numel()
+    x, go = x[:n].reshape(shape), go[:n].reshape(shape)
+    got = _run(OPS[name], x, k, lam, 1, go)
+    want = _run(OPS[name], x.double(), k.double(), lam.double(), 1,
+                go.double())
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b.float(), rtol=2e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
@@ -52,7 +73,7 @@ def test_dispatch():
 def test_matches_float64(name, shape, channels, channel_dim):
     op = OPS[name]
     x, k, lam, go = _inputs(shape, channels)
-    assert apa_mod._fused_kernel(x) is not None
+    assert apa_mod._implementation(x, k, lam) == 'c'
     got = _run(op, x, k, lam, channel_dim, go)
     want = _run(op, x.double(), k.double(), lam.double(), channel_dim,
                 go.double())
@@ -63,12 +84,12 @@ def test_matches_float64(name, shape, channels, channel_dim):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
-def test_fused_equals_torch_path(name, monkeypatch):
+def test_fused_equals_torch_path(name):
     op = OPS[name]
     x, k, lam, go = _inputs((2, 16, 16, 16), 16, seed=3)
     fused = _run(op, x, k, lam, 1, go)
-    monkeypatch.setattr(apa_mod, '_fused_kernel', lambda z: None)
-    plain = _run(op, x, k, lam, 1, go)
+    with backends.using(cpu_kernels=False):
+        plain = _run(op, x, k, lam, 1, go)
     torch.testing.assert_close(fused[0], plain[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fused[1], plain[1], rtol=1e-5, atol=1e-5)
     # parameter gradients are float32 sums of 8192 terms in another order
@@ -95,7 +116,6 @@ def test_threads_split_the_work():
         torch.set_num_threads(1)
         one = _run(aglu, x, k, lam, 1, go)
         torch.set_num_threads(2)
-        assert len(get_kernel()._ranges(x.numel())) == 2
         two = _run(aglu, x, k, lam, 1, go)
     finally:
         torch.set_num_threads(old)
@@ -108,15 +128,16 @@ def test_build_from_scratch(tmp_path):
     kernel = build_kernel(cache_dir=str(tmp_path))
     assert any(p.suffix == '.so' for p in tmp_path.iterdir())
     x = torch.randn(8192)
-    y = kernel.forward('aglu', x, torch.ones(1), torch.ones(1), 1)
+    y = kernel.forward('aglu', x, torch.ones(1), torch.ones(1), 1e-4, 1)
     torch.testing.assert_close(y, torch.nn.functional.silu(x))
 
 
 def _kernel_run(kernel, name, x, k, lam, channel_dim, go):
-    y = kernel.forward(name, x, k, lam, channel_dim)
-    gx, gk, gl = kernel.backward(name, x, go, k, lam, channel_dim)
-    assert gk.dtype == gl.dtype == torch.float64
-    return y, gx, gk.float(), gl.float()
+    y = kernel.forward(name, x, k, lam, 1e-4, channel_dim)
+    gx, gk, gl = kernel.backward(name, x, go, k, lam, 1e-4, channel_dim)
+    assert gk.shape == k.shape and gl.shape == lam.shape
+    assert gk.dtype == gl.dtype == torch.float32
+    return y, gx, gk, gl
 
 
 @pytest.mark.parametrize('isa', ['avx512', 'avx2', 'portable'])
@@ -155,10 +176,11 @@ def test_rebuilt_backward_matches_float64(name, per_channel, rows, with_other):
     shift = torch.randn(1, c, 1, 1, generator=g)
     other = torch.randn(src.shape, generator=g) if with_other else None
     o_scale = torch.rand(1, c, 1, 1, generator=g) + 0.5
-    gz, gk, gl = get_kernel().backward_rebuilt(
-        name, go, k, lam, src, scale, shift, other,
-        o_scale if with_other else torch.ones(c))
-    got = (gz, gk.float(), gl.float())
+    gz, gk, gl = get_kernel().backward_rebuilt(name, go, k, lam, 1e-4, src,
+                                               scale, shift, other,
+                                               o_scale if with_other else None,
+                                               True, True)
+    got = (gz, gk, gl)
     z = apa_mod.rebuild_input(src.double(), scale.double(), shift.double(),
                               None if other is None else other.double(),
                               o_scale.double() if with_other else None)

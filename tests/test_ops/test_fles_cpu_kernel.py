@@ -4,10 +4,10 @@ import importlib
 import pytest
 import torch
 
+from mmact.ops import backends
 from mmact.ops.cpu_build import supported_isas
 from mmact.ops.fles import fles_fused, fles_reference, window_geometry
-from mmact.ops.fles.cpu_kernel import (FleSCpuKernel, build_fles_kernel,
-                                       get_fles_kernel)
+from mmact.ops.fles.cpu_kernel import build_fles_kernel, get_fles_kernel
 
 fused_mod = importlib.import_module('mmact.ops.fles.fused')
 
@@ -122,7 +122,17 @@ def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
 def test_dispatch():
     x = torch.randn(2, 3, 8, 8)
     tiles = window_geometry(8, 8, (3, 3))
-    assert FleSCpuKernel.usable(x, tiles)
-    assert FleSCpuKernel.usable(x, window_geometry(8, 8))
-    assert not FleSCpuKernel.usable(x, window_geometry(8, 8, (3, 3), (2, 2)))
-    assert not FleSCpuKernel.usable(x.double(), tiles)
+
+    def plan(x, geom, gate='sigmoid', mode='positive'):
+        return fused_mod._implementation(x, geom, gate, mode)
+
+    def parts(p):
+        return p.name, p.c_stats, p.c_gate
+
+    assert parts(plan(x, tiles)) == ('c', True, True)
+    assert plan(x, window_geometry(8, 8)).name == 'c'
+    assert parts(plan(x, tiles, 'sigmoid', 'softplus')) == ('c', False, True)
+    assert plan(x, window_geometry(8, 8, (3, 3), (2, 2))).name == 'torch'
+    assert plan(x.double(), tiles).name == 'torch'
+    with backends.using(cpu_kernels=False):
+        assert plan(x, tiles).name == 'torch'

@@ -5,7 +5,8 @@ Prints, from one run on one CUDA device:
 1. ``ops``: forward+backward time of APA / AGLU (shared and per-channel
    parameters) against Sigmoid / SiLU / GELU, float32 and bfloat16, on a
    tensor larger than the L2 cache; also the torch fallback path
-   (``MMACT_TRITON=0``) and the bytes saved for backward over input bytes.
+   (``backends.using(triton='off')``, as ``MMACT_TRITON=0``) and the bytes
+   saved for backward over input bytes.
    Targets: AGLU / APA <= 1.3x SiLU / Sigmoid.
 2. ``fles``: FleS with 9x15 windows, forward+backward, against GELU
    (target <= 1.5x).
@@ -28,7 +29,6 @@ Usage::
 import argparse
 import datetime
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mmact.ops import aglu, apa  # noqa: E402
+from mmact.ops import aglu, apa, backends  # noqa: E402
 
 OP_SHAPE = (32, 256, 56, 56)  # 103 MB in float32: twice the H100's L2
 FLES_SHAPE = (32, 256, 64, 64)
@@ -101,20 +101,6 @@ def _no_grad(fn: Callable, x: torch.Tensor) -> Callable[[], None]:
     return run
 
 
-class _TorchPath:
-    """Context that sends the mmact ops to their torch path."""
-
-    def __enter__(self):
-        self.old = os.environ.get('MMACT_TRITON')
-        os.environ['MMACT_TRITON'] = '0'
-
-    def __exit__(self, *exc):
-        if self.old is None:
-            del os.environ['MMACT_TRITON']
-        else:
-            os.environ['MMACT_TRITON'] = self.old
-
-
 def op_cases(dtype: torch.dtype) -> Dict[str, tuple]:
     """name -> (function of x, parameters, baseline name)."""
     channels = OP_SHAPE[1]
@@ -144,7 +130,7 @@ def run_ops(results: Dict) -> None:
         cases = op_cases(dtype)
         runs = {n: fwd_bwd(fn, x, go, ps) for n, (fn, ps, _) in cases.items()}
         times = timed_rounds(runs)
-        with _TorchPath():
+        with backends.using(triton='off'):
             torch_times = timed_rounds(
                 {n + ' (torch path)': runs[n]
                  for n in ('APA', 'AGLU')})
@@ -198,7 +184,7 @@ def run_fles(results: Dict) -> None:
             'FleS 9x15': fwd_bwd(fles, x, go, params),
         }
         times = timed_rounds(runs)
-        with _TorchPath():
+        with backends.using(triton='off'):
             torch_time = timed_rounds(
                 {'FleS 9x15 (torch path)': runs['FleS 9x15']})
         times.update(torch_time)
@@ -331,7 +317,7 @@ def run_backbone(results: Dict, batch: int, steps: int,
 def _with_torch_path(step: Callable[[], None]) -> Callable[[], None]:
 
     def run():
-        with _TorchPath():
+        with backends.using(triton='off'):
             step()
 
     return run

@@ -41,7 +41,7 @@ fi
 
 section "CUDA tests"
 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
-  tests/test_ops/test_triton_kernels.py tests/test_ops/test_triton_dispatch.py \
+  tests/test_ops/test_triton_kernels.py tests/test_ops/test_backends.py \
   || fail "CUDA tests"
 
 section "operator and SE-ResNet-50 benchmarks"

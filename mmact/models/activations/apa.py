@@ -178,17 +178,6 @@ class _AdaptiveParametric(LearnableActivation, BaseModule):
                                                   self.channel_dim, *sources)
         return grad_z, [grad_k, grad_l]
 
-    def _check(self, x: Tensor) -> None:
-        if self.num_parameters > 1:
-            dim = self.channel_dim % max(x.dim(), 1)
-            if x.dim() == 0 or x.shape[dim] != self.num_parameters:
-                got = x.shape[dim] if x.dim() else 0
-                raise ValueError(
-                    f'{type(self).__name__} has num_parameters='
-                    f'{self.num_parameters} but the input has {got} '
-                    f'channels at dim {self.channel_dim} (shape '
-                    f'{tuple(x.shape)})')
-
     def extra_repr(self) -> str:
 
         def fmt(spec):
@@ -246,7 +235,7 @@ class APA(_AdaptiveParametric):
         Returns:
             Tensor: Gate values with the shape and dtype of ``x``.
         """
-        self._check(x)
+        # The op checks the channel count (its error names num_parameters).
         return apa(x, self.kappa_param, self.lambda_param, self.lambda_min,
                    self.channel_dim)
 
@@ -299,6 +288,5 @@ class AGLU(_AdaptiveParametric):
         Returns:
             Tensor: Activations with the shape and dtype of ``x``.
         """
-        self._check(x)
         return aglu(x, self.kappa_param, self.lambda_param, self.lambda_min,
                     self.channel_dim)

@@ -21,9 +21,12 @@ Each stage is labelled for ``torch.profiler`` (``fles.*``).
 
 CUDA tensors with tiles or a global window and the ``positive`` / ``mean``
 indicators run on the Triton kernels of :mod:`mmact.ops.fles.triton_path`.
+
+:func:`_implementation` decides which of these runs, once per call, from
+the input and the backends in force (:mod:`mmact.ops.backends`).
 """
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +35,7 @@ from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
 from ...versions import is_tracing
-from ..dispatch import use_triton
+from .. import backends
 from .cpu_kernel import FleSCpuKernel, get_fles_kernel
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
 from .geometry import (WindowGeometry, window_area, window_coverage,
@@ -218,11 +221,52 @@ def _scales_with_graph(scale_fn: ScaleFn, ind: Tensor,
     return (k_ve, k_ho, ind_leaf, *leaves)
 
 
-def _cpu_kernel(x: Tensor, geom: WindowGeometry) -> Optional[FleSCpuKernel]:
-    """The fused C kernel when it applies to ``x`` and ``geom``."""
-    if not FleSCpuKernel.usable(x, geom):
-        return None
-    return get_fles_kernel()
+class _Plan(NamedTuple):
+    """How :func:`fles_fused` runs on one input."""
+    name: str  # 'triton', 'c' or 'torch'
+    #: the C kernel for the pixel passes it covers (name 'c'), else None
+    kernel: Optional[FleSCpuKernel] = None
+    c_stats: bool = False  # indicator statistics and their backward in C
+    c_gate: bool = False  # gate application and its backward in C
+
+
+_TORCH = _Plan('torch')
+_TRITON = _Plan('triton')
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+
+
+def _implementation(x: Tensor, geom: WindowGeometry, gate: str,
+                    mode: str) -> _Plan:
+    """Which implementation runs FleS on ``x``: the one place this is
+    decided (the scale MLP is torch ops in every case):
+
+    ==========================================  ==========================
+    call                                        runs
+    ==========================================  ==========================
+    traced (``torch.compile``, ``torch.jit``,   ``torch``
+    fake tensors, dispatch modes)
+    a tensor the Triton settings cover, tiles   ``triton``: the whole op
+    or a global window, a gate and indicator    (:mod:`.triton_path`)
+    the kernels have
+    plain float32 CPU tensor, tiles or a        ``c``: the pixel passes
+    global window, C kernels on and built       whose gate / indicator the
+                                                C kernel has, the rest torch
+    anything else                               ``torch``
+    ==========================================  ==========================
+    """
+    if is_tracing():  # first: tracers reject reading x.layout
+        return _TORCH
+    if backends.takes_triton(x):
+        from . import triton_path  # imports triton
+        return _TRITON if triton_path.supported(geom, gate, mode) else _TORCH
+    if (x.is_cpu and x.dtype is torch.float32 and type(x) in _PLAIN_TYPES
+            and x.layout == torch.strided and not geom.overlapping
+            and backends.settings().cpu_kernels):
+        kernel = get_fles_kernel()
+        if kernel is not None:
+            return _Plan('c', kernel, kernel.supports_mode(mode),
+                         kernel.supports_gate(gate))
+    return _TORCH
 
 
 #: Indicator grids up to this many values run the scale MLP on one thread.
@@ -258,15 +302,15 @@ class _FleSFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, geom: WindowGeometry, gate: str, mode: str,
-                eta: float, scale_fn: ScaleFn, block: int,
+                eta: float, scale_fn: ScaleFn, block: int, plan: _Plan,
                 gamma: Optional[Tensor], beta: Optional[Tensor], *params:
                 Tensor) -> Tensor:
         n, c, h, w = x.shape
         planes = n * c
         xf = x.reshape(planes, h, w)
-        kernel = _cpu_kernel(x, geom)
+        kernel = plan.kernel
         with record_function('fles.stats'):
-            if kernel is not None and kernel.supports_mode(mode):
+            if plan.c_stats:
                 ind, count = kernel.stats(xf, geom, mode)
             else:
                 sums, count = _indicator_stats(xf, geom, mode, eta, n,
@@ -279,7 +323,7 @@ class _FleSFunction(torch.autograd.Function):
         kv = k_ve.reshape(planes, *geom.grid)
         ko = k_ho.reshape(planes, *geom.grid)
         with record_function('fles.apply'):
-            if kernel is not None and kernel.supports_gate(gate):
+            if plan.c_gate:
                 out = kernel.apply(xf, kv, ko, geom, gate)
             else:
                 out = torch.empty_like(xf)
@@ -287,7 +331,7 @@ class _FleSFunction(torch.autograd.Function):
                     _apply_overlapping if geom.overlapping else _apply_tiles)
                 apply(xf, kv, ko, geom, gate, block, out)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
-        ctx.scale_fn, ctx.block = scale_fn, block
+        ctx.scale_fn, ctx.block, ctx.plan = scale_fn, block, plan
         ctx.has_gamma = gamma is not None
         extra = [gamma, beta] if gamma is not None else []
         ctx.save_for_backward(x, ind, count, *extra, *params)
@@ -306,14 +350,14 @@ class _FleSFunction(torch.autograd.Function):
         planes = n * c
         xf = x.reshape(planes, h, w)
         gf = grad_out.contiguous().reshape(planes, h, w)
-        kernel = _cpu_kernel(x, geom)
+        plan = ctx.plan
         with record_function('fles.bwd.mlp'), _small_op_threads(ind):
             k_ve, k_ho, *leaves = _scales_with_graph(ctx.scale_fn, ind, params)
         kv = k_ve.detach().reshape(planes, *geom.grid)
         ko = k_ho.detach().reshape(planes, *geom.grid)
         with record_function('fles.bwd.gate'):
-            if kernel is not None and kernel.supports_gate(ctx.gate):
-                grad_x, g_ve, g_ho = kernel.gate_backward(
+            if plan.c_gate:
+                grad_x, g_ve, g_ho = plan.kernel.gate_backward(
                     xf, gf, kv, ko, geom, ctx.gate)
             else:
                 grad_x = torch.empty_like(xf)
@@ -330,16 +374,16 @@ class _FleSFunction(torch.autograd.Function):
         g_gamma = g_beta = None
         if g_ind is not None:
             with record_function('fles.bwd.indicator'):
-                if kernel is not None and kernel.supports_mode(ctx.mode):
-                    kernel.indicator_backward(xf, grad_x, g_ind, count, geom,
-                                              ctx.mode)
+                if plan.c_stats:
+                    plan.kernel.indicator_backward(xf, grad_x, g_ind, count,
+                                                   geom, ctx.mode)
                 else:
                     g_gamma, g_beta = _indicator_grads(xf, g_ind, count, geom,
                                                        ctx.mode, ctx.eta, n,
                                                        gamma, beta, block,
                                                        grad_x)
-        return (grad_x.view_as(x), None, None, None, None, None, None, g_gamma,
-                g_beta, *param_grads)
+        return (grad_x.view_as(x), None, None, None, None, None, None, None,
+                g_gamma, g_beta, *param_grads)
 
 
 def fles_fused(x: Tensor,
@@ -373,14 +417,13 @@ def fles_fused(x: Tensor,
     if x.dim() != 4:
         raise ValueError(f'fles_fused expects (N, C, H, W), got {x.shape}')
     x = x.contiguous()
-    if use_triton(x):
-        from . import triton_path as triton_fles  # imports triton
-        if triton_fles.supported(geom, gate, mode):
-            return triton_fles.fles_triton(x, geom, params, gate, mode,
-                                           scale_fn)
+    plan = _implementation(x, geom, gate, mode)
+    if plan.name == 'triton':
+        from .triton_path import fles_triton
+        return fles_triton(x, geom, params, gate, mode, scale_fn)
     plane = x.shape[-2] * x.shape[-1] * x.element_size()
     block = max(1, block_bytes // max(plane, 1))
     if mode != 'softplus':
         gamma = beta = None
     return _FleSFunction.apply(x, geom, gate, mode, float(eta), scale_fn,
-                               block, gamma, beta, *params)
+                               block, plan, gamma, beta, *params)

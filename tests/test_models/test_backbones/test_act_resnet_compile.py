@@ -32,20 +32,23 @@ def _step(model, x):
     return outs, torch.autograd.grad(loss, params)
 
 
-@pytest.mark.parametrize('backend,recompute_act', [
-    ('aot_eager', True),
-    ('aot_eager', False),
-    # the default (memory-lean) mode only: inductor takes about a minute
-    pytest.param(
-        'inductor',
-        True,
-        marks=[
-            pytest.mark.slow,
-            pytest.mark.skipif(
-                shutil.which('g++') is None and shutil.which('c++') is None,
-                reason='inductor needs a C++ compiler on the CPU')
-        ])
-])
+@pytest.mark.parametrize(
+    'backend,recompute_act',
+    [
+        ('aot_eager', True),
+        ('aot_eager', False),
+        # the default (memory-lean) mode only: inductor takes about a minute
+        pytest.param(
+            'inductor',
+            True,
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(
+                    shutil.which('g++') is None
+                    and shutil.which('c++') is None,
+                    reason='inductor needs a C++ compiler on the CPU')
+            ])
+    ])
 def test_compiled_equals_eager(backend, recompute_act):
     eager = _model(recompute_act)
     compiled_model = copy.deepcopy(eager)
@@ -62,3 +65,23 @@ def test_compiled_equals_eager(backend, recompute_act):
     # the running statistics moved alike
     torch.testing.assert_close(compiled_model.bn1.running_mean,
                                eager.bn1.running_mean)
+
+
+def test_resnet50_compiles_as_one_graph():
+    """ActResNet-50 APA*+AGLU (memory-lean backward, the default) compiles
+    with ``fullgraph=True``: no graph break anywhere, so none inside an
+    activation; dynamo's graph (``backend='eager'``) equals eager."""
+    torch.manual_seed(0)
+    eager = ActResNet(
+        50, out_indices=(3, ), zero_init_residual=False,
+        **APA_STAR_AGLU).train()
+    compiled_model = copy.deepcopy(eager)
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_model, backend='eager', fullgraph=True)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    want_outs, want_grads = _step(eager, x)
+    got_outs, got_grads = _step(compiled, x)
+    torch.testing.assert_close(got_outs[0], want_outs[0], rtol=1e-4, atol=1e-5)
+    assert len(got_grads) == len(want_grads) > 200
+    for got, want in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)

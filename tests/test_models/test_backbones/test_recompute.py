@@ -133,9 +133,17 @@ def test_float32_kernel_path_rebuilds_inside_backward(monkeypatch):
     plain(x)[0].square().mean().backward()
     kernel = get_kernel()
     calls = []
-    real = kernel.lib.launch
-    monkeypatch.setattr(kernel.lib, 'launch',
-                        lambda name, *a: calls.append(name) or real(name, *a))
+
+    def recorded(fn, name):
+        return lambda *args: calls.append(name) or fn(*args)
+
+    for attr, tag in (('_forward', 'fwd'), ('_backward', 'bwd'),
+                      ('_rebuilt', 'bwd_rebuilt')):
+        monkeypatch.setattr(
+            kernel, attr, {
+                op: recorded(fn, f'{op}_{tag}')
+                for op, fn in getattr(kernel, attr).items()
+            })
     fast(x)[0].square().mean().backward()
     forwards = sum(name == 'aglu_fwd' for name in calls)
     plain_bwd = sum(name == 'aglu_bwd' for name in calls)

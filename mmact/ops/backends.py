@@ -1,0 +1,209 @@
+"""Which kernel backends the ops may use, decided once.
+
+The switches are read from the environment when mmact is imported (and
+whenever :func:`configure` is called), checked there, and kept in one
+:class:`BackendSettings`; per call the ops only look at the tensor. Each
+operator picks its implementation in one function beside its math
+(``_implementation`` in :mod:`mmact.ops.apa` and
+:mod:`mmact.ops.fles.fused`).
+
+Environment (read by :func:`configure_from_env`):
+
+- ``MMACT_TRITON``: unset or empty: CUDA tensors use the Triton kernels
+  (Triton >= 2.1 installed); ``0``: never (the torch path, for
+  comparisons); ``1``: CPU tensors too, through Triton's interpreter,
+  which needs Triton >= 3.0 and ``TRITON_INTERPRET=1`` set before triton
+  is imported (tests).
+- ``MMACT_DISABLE_CPU_KERNEL=1``: no fused C kernels (the torch path).
+
+The C kernels' own build settings (``MMACT_CPU_ISA``, ``MMACT_CPU_OPENMP``,
+``MMACT_CACHE_DIR``, ``CC``) are read when a library is built
+(:mod:`mmact.ops.cpu_build`). This module imports no triton.
+"""
+import contextlib
+import functools
+import os
+import warnings
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+
+import torch
+from torch import Tensor
+
+from ..versions import (TRITON_MIN, is_tracing, triton_interpreter_available,
+                        triton_version)
+
+__all__ = [
+    'BackendSettings', 'TRITON_MODES', 'TRITON_DTYPES', 'settings',
+    'configure', 'configure_from_env', 'using', 'use_triton', 'takes_triton'
+]
+
+#: ``BackendSettings.triton`` values: Triton for CUDA tensors, for none,
+#: for CPU tensors too (interpreter), and the ``MMACT_TRITON`` value of each.
+TRITON_MODES = {'cuda': '', 'off': '0', 'all': '1'}
+
+#: Input dtypes the Triton kernels read (computed in float32).
+TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Backends the ops may use.
+
+    Args:
+        triton (str): One of :data:`TRITON_MODES`: ``'cuda'`` (default),
+            ``'off'`` or ``'all'``.
+        cpu_kernels (bool): Whether float32 CPU tensors use the fused C
+            kernels (built on first use). Defaults to True.
+    """
+    triton: str = 'cuda'
+    cpu_kernels: bool = True
+
+
+def _dotted(version: tuple) -> str:
+    return '.'.join(map(str, version))
+
+
+def _check(new: BackendSettings) -> None:
+    """Refuse settings that cannot run, naming the setting."""
+    if new.triton not in TRITON_MODES:
+        raise ValueError(f'triton={new.triton!r}: use one of '
+                         f'{sorted(TRITON_MODES)}')
+    if new.triton != 'all':
+        return
+    what = ('MMACT_TRITON=1 (triton="all") sends CPU tensors to the Triton '
+            'kernels, which run on the CPU only in the interpreter of Triton '
+            '>= 3.0')
+    if not triton_version():
+        raise RuntimeError(f'{what}; the triton package is not installed '
+                           '(pip install triton)')
+    if not triton_interpreter_available():
+        raise RuntimeError(
+            f'{what}; Triton {_dotted(triton_version())} is installed: unset '
+            'MMACT_TRITON to use the CPU path')
+    if os.environ.get('TRITON_INTERPRET', '') != '1':
+        raise RuntimeError(
+            f'{what}: also set TRITON_INTERPRET=1 (before Python starts, so '
+            'that triton reads it at import), or unset MMACT_TRITON to use '
+            'the CPU path')
+
+
+_settings = BackendSettings()
+
+
+def settings() -> BackendSettings:
+    """The settings in force."""
+    return _settings
+
+
+def configure(triton: Optional[str] = None,
+              cpu_kernels: Optional[bool] = None) -> BackendSettings:
+    """Change the backends the ops use (arguments left None keep theirs).
+
+    Args:
+        triton (str, optional): See :class:`BackendSettings`.
+        cpu_kernels (bool, optional): See :class:`BackendSettings`.
+
+    Returns:
+        BackendSettings: The previous settings (to restore them).
+
+    Raises:
+        ValueError: An unknown ``triton`` mode.
+        RuntimeError: ``triton='all'`` where Triton's interpreter cannot run
+            (no triton, Triton < 3.0, ``TRITON_INTERPRET`` not 1).
+    """
+    global _settings
+    new = _settings
+    if triton is not None:
+        new = replace(new, triton=triton)
+    if cpu_kernels is not None:
+        new = replace(new, cpu_kernels=bool(cpu_kernels))
+    _check(new)
+    old, _settings = _settings, new
+    return old
+
+
+def configure_from_env() -> BackendSettings:
+    """Read ``MMACT_TRITON`` and ``MMACT_DISABLE_CPU_KERNEL`` (done once at
+    import); returns the previous settings.
+
+    Raises:
+        ValueError: ``MMACT_TRITON`` or ``MMACT_DISABLE_CPU_KERNEL`` has
+            another value than those documented.
+        RuntimeError: as :func:`configure`.
+    """
+    value = os.environ.get('MMACT_TRITON', '')
+    modes = {v: k for k, v in TRITON_MODES.items()}
+    if value not in modes:
+        raise ValueError(f'MMACT_TRITON={value!r}: use 1 (Triton for CPU '
+                         'tensors too), 0 (never Triton) or leave it unset '
+                         '(Triton for CUDA tensors)')
+    disable = os.environ.get('MMACT_DISABLE_CPU_KERNEL', '')
+    if disable not in ('', '0', '1'):
+        raise ValueError(f'MMACT_DISABLE_CPU_KERNEL={disable!r}: use 1 (no '
+                         'C kernels), 0 or leave it unset')
+    try:
+        return configure(triton=modes[value], cpu_kernels=disable != '1')
+    except RuntimeError as e:
+        raise RuntimeError(f'MMACT_TRITON={value}: {e}') from None
+
+
+@contextlib.contextmanager
+def using(**kwargs) -> Iterator[BackendSettings]:
+    """:func:`configure` for a ``with`` block, restoring the settings after
+    it (benchmarks comparing paths, tests)."""
+    old = configure(**kwargs)
+    try:
+        yield settings()
+    finally:
+        configure(triton=old.triton, cpu_kernels=old.cpu_kernels)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_launchable() -> bool:
+    """Whether an installed Triton can compile the kernels (warns once when
+    one is installed but older than :data:`~mmact.versions.TRITON_MIN`)."""
+    version = triton_version()
+    if version and version < TRITON_MIN:
+        warnings.warn(
+            f'mmact: Triton {_dotted(version)} is older than the '
+            f'{_dotted(TRITON_MIN)} its kernels need; CUDA tensors take the '
+            'torch path (pip install "triton>=2.1", or the torch that ships '
+            'one)')
+    return version >= TRITON_MIN
+
+
+def use_triton(x: Tensor) -> bool:
+    """Whether an op on ``x`` runs through the fused Triton kernels under
+    the current settings: float32 / float16 / bfloat16 strided plain
+    tensors on CUDA (``triton='cuda'`` or ``'all'``, Triton >= 2.1) or on
+    the CPU (``'all'``). Code being traced (``torch.compile``,
+    ``torch.jit``) never does.
+
+    Args:
+        x (Tensor): The op's input.
+
+    Returns:
+        bool: True for the Triton path.
+    """
+    # Tracing first: dynamo's strict backward mode bans reading x.layout.
+    return not is_tracing() and takes_triton(x)
+
+
+def takes_triton(x: Tensor) -> bool:
+    """:func:`use_triton` for callers that asked
+    :func:`~mmact.versions.is_tracing` already (the ops' dispatch)."""
+    mode = _settings.triton
+    if x.is_cuda:
+        return mode != 'off' and _triton_reads(x) and _triton_launchable()
+    return mode == 'all' and x.is_cpu and _triton_reads(x)
+
+
+def _triton_reads(x: Tensor) -> bool:
+    return (x.dtype in TRITON_DTYPES and x.layout == torch.strided
+            and type(x) in _PLAIN_TYPES)
+
+
+configure_from_env()
