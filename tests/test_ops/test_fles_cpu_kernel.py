@@ -60,8 +60,10 @@ def _check(kernel, monkeypatch, h, w, window, gate, mode, seed=0):
     names = ['out', 'grad_x', 'fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
     for a, b, name in zip(got, want, names):
         assert a.dtype == torch.float32
+        # float32 sums over the map: errors scale with the largest value
+        atol = 1e-5 + 2e-6 * float(b.abs().max())
         torch.testing.assert_close(
-            a, b.float(), rtol=1e-4, atol=1e-5, msg=f'{gate} {mode} {name}')
+            a, b.float(), rtol=1e-4, atol=atol, msg=f'{gate} {mode} {name}')
 
 
 @pytest.mark.parametrize('h,w,window', GEOMS)

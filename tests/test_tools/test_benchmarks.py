@@ -96,8 +96,10 @@ def test_overhead_benchmark_tables():
         ratio = header.index('ratio median [min-max]')
         for row in rows[3:]:
             assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
-    targets = [{r[0]: r[header.index('target')]
-                for r in rows} for _, header, rows in found]
+    targets = [{
+        r[0]: r[header.index('target')]
+        for r in rows
+    } for _, header, rows in found]
     assert targets[0]['AGLU'] == '<= 1.5'
     assert targets[0]['FleS (global)'] == '<= 3.0'
     assert targets[1]['APA'] == '<= 1.3'
@@ -140,6 +142,22 @@ def test_backbone_benchmark_table():
     ]
     saved = header.index('saved-for-backward ratio')
     assert float(rows[2][saved]) < float(rows[1][saved])
+
+
+def test_backbone_benchmark_compile_table():
+    """``--compile``: eager against compiled per model (dynamo's eager
+    backend here; inductor takes minutes on two cores)."""
+    out = run('benchmark_backbone.py', '--depth', '18', '--batch', '2',
+              '--size', '32', '--steps', '1', '--warmup', '1', '--threads',
+              '1', '--compile', '--compile-backend', 'eager')
+    ((line, header, rows), ) = tables(out)
+    check_machine_line(line, 1)
+    assert [(r[0], r[1]) for r in rows] == [
+        ('SE-ResNet ReLU, compiled', 'SE-ResNet ReLU'),
+        ('APA*+AGLU (memory-lean), compiled', 'APA*+AGLU (memory-lean)'),
+        ('APA*+AGLU (memory-lean), compiled', 'SE-ResNet ReLU, compiled'),
+    ]
+    assert 'backend eager' in out
 
 
 def test_interleaved_counts_page_faults(load_tool):

@@ -30,10 +30,16 @@ Targets: time ratio <= 1.10, peak-memory ratio <= 1.03; the memory-lean
 mode is the default of ``ActResNet`` for activations that cannot run in
 place.
 
+``--compile`` times instead each of the ReLU baseline and the memory-lean
+APA*+AGLU model eager and under ``torch.compile`` (``--compile-backend``,
+default inductor; compilation happens in the warm-up steps, which are not
+timed): compiled / eager per model, and the compiled APA*+AGLU against the
+compiled baseline.
+
 Usage::
 
     python tools/analysis/benchmark_backbone.py [--batch 4] [--size 224]
-        [--steps 11] [--warmup 2] [--threads 2]
+        [--steps 11] [--warmup 2] [--threads 2] [--compile]
 """
 import argparse
 import json
@@ -147,6 +153,11 @@ def parse_args(argv: List[str] = None) -> argparse.Namespace:
     parser.add_argument(
         '--depth', type=int, default=50, help='ResNet depth (tests: 18)')
     parser.add_argument(
+        '--compile',
+        action='store_true',
+        help='time eager against torch.compile (see the module docstring)')
+    parser.add_argument('--compile-backend', default='inductor')
+    parser.add_argument(
         '--no-allocator',
         action='store_true',
         help='keep the current allocator settings (no re-exec)')
@@ -199,7 +210,44 @@ def main(args: argparse.Namespace) -> Dict[str, Dict[str, float]]:
     return result
 
 
+def compile_main(args: argparse.Namespace) -> Dict[str, List[float]]:
+    """Time eager against compiled steps; print the table and return the
+    ratios (median, min, max) by row name."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    images = torch.randn(args.batch, 3, args.size, args.size)
+    labels = torch.randint(0, 1000, (args.batch, ))
+    steps, pairs = {}, []
+    for name in ('SE-ResNet ReLU', 'APA*+AGLU (memory-lean)'):
+        model = Classifier(args.depth, **CONFIGS[name]).train()
+        compiled = torch.compile(model, backend=args.compile_backend)
+        steps[name] = make_step(model, images, labels)
+        steps[f'{name}, compiled'] = make_step(compiled, images, labels)
+        pairs.append((f'{name}, compiled', name))
+    relu, aglu = (p[0] for p in pairs)
+    pairs.append((aglu, relu))
+    # the warm-up rounds compile (forward and backward graphs)
+    times = bench_utils.interleaved(steps, args.steps, max(args.warmup, 1))
+    result, rows = {}, []
+    for name, base in pairs:
+        ratio = bench_utils.round_ratios(times, name, base)
+        result[f'{name} / {base}'] = ratio
+        rows.append(
+            (name, base,
+             bench_utils.fmt_spread(bench_utils.spread(times[name]), 1, 3),
+             bench_utils.fmt_spread(bench_utils.spread(times[base]), 1,
+                                    3), bench_utils.fmt_spread(ratio, 1, 3)))
+    bench_utils.print_table(
+        f'ResNet-{args.depth} training step (fwd+bwd+SGD), torch.compile '
+        f'(backend {args.compile_backend}) against eager, batch '
+        f'{args.batch}x3x{args.size}x{args.size}, {args.steps} interleaved '
+        'rounds', ('model', 'against', 'step s median [min-max]',
+                   'baseline step s', 'ratio median [min-max]'), rows,
+        args.threads)
+    return result
+
+
 if __name__ == '__main__':
     cli_args = parse_args()
     bench_utils.use_heap_allocator(not cli_args.no_allocator)
-    main(cli_args)
+    (compile_main if cli_args.compile else main)(cli_args)

@@ -274,7 +274,9 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
     @property
     def channels(self) -> Optional[int]:
         """Channel count, or None while lazy and not yet materialised."""
-        if self.proto or self.has_uninitialized_params():
+        # one parameter's type, not has_uninitialized_params(): asked on
+        # every call, and dynamo cannot trace torch.nn.parameter.is_lazy
+        if self.proto or isinstance(self.fc2_bias, UninitializedParameter):
             return None
         return self.fc2_bias.shape[-1]
 
@@ -514,4 +516,3 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                 f'mlp_layout={self.mlp_layout!r}, '
                 f'gate={self.gate!r}, indicator={self.indicator!r}, '
                 f'proto={self.proto}')
-

@@ -36,6 +36,7 @@ from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
+from ...versions import is_tracing
 from .recompute import (can_fuse_residual, default_recompute, norm_act,
                         residual_act)
 from .reference_layout import check_pretrained_layout
@@ -103,8 +104,10 @@ def _run(block: nn.Module, inner, x: torch.Tensor) -> torch.Tensor:
 
 def _use_recompute(block: nn.Module) -> bool:
     # Only worth it when backward will run; with_cp already recomputes all.
+    # Traced (torch.compile): the compiler's partitioner decides what to
+    # keep, and torch 2.1's dynamo cannot pass a module into the Function.
     return (block.recompute_act and torch.is_grad_enabled()
-            and not block.with_cp)
+            and not block.with_cp and not is_tracing())
 
 
 class ActBasicBlock(BasicBlock):
@@ -391,4 +394,3 @@ class ActResNeXt(_ActResNetMixin, ResNeXt):
         101: (ActResNeXtBottleneck, (3, 4, 23, 3)),
         152: (ActResNeXtBottleneck, (3, 8, 36, 3)),
     }
-

@@ -10,7 +10,6 @@ FleS) before the block runs. Parameters and state-dict keys are those of
 ``SwinTransformer``, so ImageNet checkpoints of either load into the other.
 """
 from copy import deepcopy
-from functools import partial
 from typing import Optional, Sequence
 
 import torch.nn as nn
@@ -46,11 +45,17 @@ def _with_ffn_act(stage_cfgs, act_cfg: dict):
     return stage
 
 
-def _share_hw_shape(layers: Sequence[nn.Module], block: nn.Module,
-                    args: tuple) -> None:
-    """Forward pre-hook of a ``SwinBlock``: ``block(x, hw_shape)``."""
+def _grid_layers(block: nn.Module) -> list:
+    """The FFN activations of a ``SwinBlock`` that take the token grid."""
+    return [m for m in block.ffn.modules() if hasattr(m, 'token_hw_shape')]
+
+
+def _share_hw_shape(block: nn.Module, args: tuple) -> None:
+    """Forward pre-hook of a ``SwinBlock``: ``block(x, hw_shape)``. A plain
+    function of the block (no ``partial``: torch 2.1's dynamo cannot call
+    one, and a copied model must reach its own layers)."""
     hw_shape = tuple(args[1])
-    for layer in layers:
+    for layer in _grid_layers(block):
         layer.token_hw_shape = hw_shape
 
 
@@ -83,9 +88,5 @@ class FleSSwinTransformer(SwinTransformer):
         for block in self.modules():
             if not isinstance(block, SwinBlock):
                 continue
-            layers = [
-                m for m in block.ffn.modules() if hasattr(m, 'token_hw_shape')
-            ]
-            if layers:
-                block.register_forward_pre_hook(
-                    partial(_share_hw_shape, layers))
+            if _grid_layers(block):
+                block.register_forward_pre_hook(_share_hw_shape)

@@ -25,7 +25,7 @@ indicators run on the Triton kernels of :mod:`mmact.ops.fles.triton_path`.
 :func:`_implementation` decides which of these runs, once per call, from
 the input and the backends in force (:mod:`mmact.ops.backends`).
 """
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -269,6 +269,15 @@ def _implementation(x: Tensor, geom: WindowGeometry, gate: str,
     return _TORCH
 
 
+def _stage(name: str):
+    """The ``torch.profiler`` label of a stage, while a profiler records
+    (or a tracer sees it); otherwise nothing: entering a label costs about
+    15 us, more than a whole stage on a small map."""
+    if is_tracing() or torch.autograd._profiler_enabled():
+        return record_function(name)
+    return nullcontext()
+
+
 #: Indicator grids up to this many values run the scale MLP on one thread.
 SMALL_GRID = 1 << 18
 
@@ -294,6 +303,38 @@ def _small_op_threads(ind: Tensor) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _fles_forward(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
+                  eta: float, scale_fn: ScaleFn, block: int, plan: _Plan,
+                  gamma: Optional[Tensor], beta: Optional[Tensor],
+                  params: Sequence[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(out, ind, count)``: the output (``x``'s shape), the indicator grid
+    and its divisors (what backward needs besides ``x``)."""
+    n, c, h, w = x.shape
+    planes = n * c
+    xf = x.reshape(planes, h, w)
+    kernel = plan.kernel
+    with _stage('fles.stats'):
+        if plan.c_stats:
+            ind, count = kernel.stats(xf, geom, mode)
+        else:
+            sums, count = _indicator_stats(xf, geom, mode, eta, n, gamma, beta,
+                                           block, torch.empty_like(xf))
+            ind = sums / count
+    ind = ind.view(n, c, *geom.grid)
+    with _stage('fles.mlp'), _small_op_threads(ind):
+        k_ve, k_ho = scale_fn(ind, *params)
+    kv = k_ve.reshape(planes, *geom.grid)
+    ko = k_ho.reshape(planes, *geom.grid)
+    with _stage('fles.apply'):
+        if plan.c_gate:
+            out = kernel.apply(xf, kv, ko, geom, gate)
+        else:
+            out = torch.empty_like(xf)
+            apply = (_apply_overlapping if geom.overlapping else _apply_tiles)
+            apply(xf, kv, ko, geom, gate, block, out)
+    return out.view_as(x), ind, count
+
+
 class _FleSFunction(torch.autograd.Function):
     """Fused FleS: forward and backward save only ``x`` (plus tiny tensors).
 
@@ -305,37 +346,14 @@ class _FleSFunction(torch.autograd.Function):
                 eta: float, scale_fn: ScaleFn, block: int, plan: _Plan,
                 gamma: Optional[Tensor], beta: Optional[Tensor], *params:
                 Tensor) -> Tensor:
-        n, c, h, w = x.shape
-        planes = n * c
-        xf = x.reshape(planes, h, w)
-        kernel = plan.kernel
-        with record_function('fles.stats'):
-            if plan.c_stats:
-                ind, count = kernel.stats(xf, geom, mode)
-            else:
-                sums, count = _indicator_stats(xf, geom, mode, eta, n,
-                                               gamma, beta, block,
-                                               torch.empty_like(xf))
-                ind = sums / count
-        ind = ind.view(n, c, *geom.grid)
-        with record_function('fles.mlp'), _small_op_threads(ind):
-            k_ve, k_ho = scale_fn(ind, *params)
-        kv = k_ve.reshape(planes, *geom.grid)
-        ko = k_ho.reshape(planes, *geom.grid)
-        with record_function('fles.apply'):
-            if plan.c_gate:
-                out = kernel.apply(xf, kv, ko, geom, gate)
-            else:
-                out = torch.empty_like(xf)
-                apply = (
-                    _apply_overlapping if geom.overlapping else _apply_tiles)
-                apply(xf, kv, ko, geom, gate, block, out)
+        out, ind, count = _fles_forward(x, geom, gate, mode, eta, scale_fn,
+                                        block, plan, gamma, beta, params)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
         ctx.scale_fn, ctx.block, ctx.plan = scale_fn, block, plan
         ctx.has_gamma = gamma is not None
         extra = [gamma, beta] if gamma is not None else []
         ctx.save_for_backward(x, ind, count, *extra, *params)
-        return out.view_as(x)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -351,11 +369,11 @@ class _FleSFunction(torch.autograd.Function):
         xf = x.reshape(planes, h, w)
         gf = grad_out.contiguous().reshape(planes, h, w)
         plan = ctx.plan
-        with record_function('fles.bwd.mlp'), _small_op_threads(ind):
+        with _stage('fles.bwd.mlp'), _small_op_threads(ind):
             k_ve, k_ho, *leaves = _scales_with_graph(ctx.scale_fn, ind, params)
         kv = k_ve.detach().reshape(planes, *geom.grid)
         ko = k_ho.detach().reshape(planes, *geom.grid)
-        with record_function('fles.bwd.gate'):
+        with _stage('fles.bwd.gate'):
             if plan.c_gate:
                 grad_x, g_ve, g_ho = plan.kernel.gate_backward(
                     xf, gf, kv, ko, geom, ctx.gate)
@@ -366,14 +384,14 @@ class _FleSFunction(torch.autograd.Function):
                     if geom.overlapping else _gate_grads_tiles)
                 g_ve, g_ho = gate_grads(xf, gf, kv, ko, geom, ctx.gate, block,
                                         grad_x)
-        with record_function('fles.bwd.mlp'), _small_op_threads(ind):
+        with _stage('fles.bwd.mlp'), _small_op_threads(ind):
             g_ind, *param_grads = torch.autograd.grad(
                 (k_ve, k_ho),
                 leaves, (g_ve.view_as(k_ve), g_ho.view_as(k_ho)),
                 allow_unused=True)
         g_gamma = g_beta = None
         if g_ind is not None:
-            with record_function('fles.bwd.indicator'):
+            with _stage('fles.bwd.indicator'):
                 if plan.c_stats:
                     plan.kernel.indicator_backward(xf, grad_x, g_ind, count,
                                                    geom, ctx.mode)
@@ -425,5 +443,11 @@ def fles_fused(x: Tensor,
     block = max(1, block_bytes // max(plane, 1))
     if mode != 'softplus':
         gamma = beta = None
+    inputs = (x, gamma, beta, *params)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                            for t in inputs)):
+        # Nothing to differentiate (eval, no_grad): no autograd node.
+        return _fles_forward(x, geom, gate, mode, float(eta), scale_fn, block,
+                             plan, gamma, beta, params)[0]
     return _FleSFunction.apply(x, geom, gate, mode, float(eta), scale_fn,
                                block, plan, gamma, beta, *params)

@@ -42,9 +42,11 @@ def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
     """
     n, c, gh, gw = ind.shape
     flat = ind.reshape(n, c, gh * gw)
-    hidden = torch.einsum('khc,ncg->knhg', fc1_weight, flat)
+    # matmul rather than einsum: one op each (einsum's Python wrapper costs
+    # more than the product on small grids)
+    hidden = torch.matmul(fc1_weight[:, None], flat)  # (2, N, h, G)
     hidden = F.relu(hidden + fc1_bias[:, None, :, None])
-    out = torch.einsum('kch,knhg->kncg', fc2_weight, hidden)
+    out = torch.matmul(fc2_weight[:, None], hidden)  # (2, N, C, G)
     out = F.softplus(out + fc2_bias[:, None, :, None])
     out = out.reshape(2, n, c, gh, gw)
     return out[0], out[1].clamp_min(K_HO_MIN)
@@ -71,9 +73,9 @@ def fles_shared_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
     """
     n, c, gh, gw = ind.shape
     flat = ind.reshape(n, c, gh * gw)
-    hidden = torch.einsum('hc,ncg->nhg', fc1_weight, flat)
+    hidden = torch.matmul(fc1_weight, flat)  # (N, h, G), as above
     hidden = F.relu(hidden + fc1_bias[None, :, None])
-    out = torch.einsum('kch,nhg->kncg', fc2_weight, hidden)
+    out = torch.matmul(fc2_weight[:, None], hidden)  # (2, N, C, G)
     out = F.softplus(out + fc2_bias[:, None, :, None])
     out = out.reshape(2, n, c, gh, gw)
     return out[0], out[1].clamp_min(K_HO_MIN)

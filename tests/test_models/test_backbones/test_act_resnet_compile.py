@@ -35,9 +35,10 @@ def _step(model, x):
 @pytest.mark.parametrize(
     'backend,recompute_act',
     [
+        # Traced, the blocks leave the memory-lean backward to the compiler:
+        # the compiled model is the same either way, and eager runs the
+        # memory-lean default. Inductor takes about a minute.
         ('aot_eager', True),
-        ('aot_eager', False),
-        # the default (memory-lean) mode only: inductor takes about a minute
         pytest.param(
             'inductor',
             True,
@@ -70,18 +71,24 @@ def test_compiled_equals_eager(backend, recompute_act):
 def test_resnet50_compiles_as_one_graph():
     """ActResNet-50 APA*+AGLU (memory-lean backward, the default) compiles
     with ``fullgraph=True``: no graph break anywhere, so none inside an
-    activation; dynamo's graph (``backend='eager'``) equals eager."""
+    activation; dynamo's graph (``backend='eager'``) equals eager. In
+    float64, where both run the same torch math (through 50 layers and BN
+    on a 2 x 2 map the C kernels' float32 rounding would be amplified).
+    Traced, the blocks leave the memory-lean backward to the compiler."""
     torch.manual_seed(0)
     eager = ActResNet(
         50, out_indices=(3, ), zero_init_residual=False,
-        **APA_STAR_AGLU).train()
+        **APA_STAR_AGLU).train().double()
     compiled_model = copy.deepcopy(eager)
     torch._dynamo.reset()
     compiled = torch.compile(compiled_model, backend='eager', fullgraph=True)
-    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    # two samples: with one, BN's batch mean makes the pooled attention
+    # input equal BN's (zero) bias, and gradients are rounding noise
+    x = torch.randn(
+        2, 3, 64, 64, generator=torch.Generator().manual_seed(2)).double()
     want_outs, want_grads = _step(eager, x)
     got_outs, got_grads = _step(compiled, x)
-    torch.testing.assert_close(got_outs[0], want_outs[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_outs[0], want_outs[0])
     assert len(got_grads) == len(want_grads) > 200
     for got, want in zip(got_grads, want_grads):
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(got, want)

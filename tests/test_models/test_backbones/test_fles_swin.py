@@ -1,4 +1,6 @@
 """FleSSwinTransformer: FFN activations see the token grid of each block."""
+import copy
+
 import pytest
 import torch
 from mmpretrain.models.backbones.swin_transformer import SwinTransformer
@@ -7,6 +9,7 @@ import mmact  # noqa: F401
 from mmact.models.activations import FleS
 from mmact.models.utils import materialize_lazy_modules
 from mmact.models.backbones.fles_swin import FleSSwinTransformer
+from mmact.versions import TORCH_VERSION
 
 ARCH = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 2])
 FLES = dict(type='FleS', window_size=(2, 3), reduction=4)
@@ -98,3 +101,35 @@ def test_act_cfg_merges_into_per_stage_configs():
     gelu = FleSSwinTransformer(arch=ARCH)
     assert not _fles(gelu)
     assert not any(b._forward_pre_hooks for b in gelu.modules())
+
+
+@pytest.mark.skipif(
+    TORCH_VERSION < (2, 4),
+    reason='torch 2.1\'s dynamo restarts its analysis without end (100+ '
+    'RestartAnalysis) on the block hook that hands FleS the token grid; '
+    'verified from torch 2.14')
+def test_compiles_as_one_graph():
+    """A FleS backbone compiles with ``fullgraph=True``: no graph break
+    anywhere, so none inside FleS; dynamo's graph equals eager (float64:
+    both run the torch math)."""
+    eager = _build(act_cfg=FLES, drop_path_rate=0.0).double()
+    eager.train()
+    with torch.no_grad():
+        for _, m in _fles(eager):  # away from the identity-safe init
+            m.fc2_weight.normal_(0, 0.5)
+    compiled_model = copy.deepcopy(eager)
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_model, backend='eager', fullgraph=True)
+    x = torch.randn(
+        2, 3, 64, 96, generator=torch.Generator().manual_seed(0)).double()
+    results = []
+    for model in (eager, compiled):
+        outs = model(x)
+        loss = sum(o.square().mean() for o in outs)
+        params = [p for p in model.parameters() if p.requires_grad]
+        results.append((outs, torch.autograd.grad(loss, params)))
+    (want_outs, want_grads), (got_outs, got_grads) = results
+    for got, want in zip(got_outs, want_outs):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, want)
