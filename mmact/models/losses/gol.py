@@ -358,10 +358,10 @@ class GOLLoss(nn.Module):
         if bool(fg_valid.any()):
             r = rare[labels[fg_valid]].float().mean()
             gen = self.generator
-            u = torch.rand(
-                drop.shape,
-                generator=gen,
-                device=gen.device if gen is not None else labels.device)
+            if gen is None:  # dynamo cannot trace rand(shape, generator=)
+                u = torch.rand_like(drop, dtype=torch.float32)
+            else:
+                u = torch.rand(drop.shape, generator=gen, device=gen.device)
             # u ~ U[0, 1): P(u >= r) = 1 - r, exactly 0 / 1 at r = 1 / 0
             drop_bg = u.to(labels.device) >= r
         else:
