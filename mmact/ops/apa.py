@@ -39,13 +39,14 @@ input alone (the backends in force were decided once,
 :mod:`mmact.ops.backends`); its table is the whole dispatch. Each
 implementation takes the raw parameters and clamps / expands them itself:
 
-- ``'c'``: eager float32 CPU tensors, the fused C kernels of
+- ``'c'``: eager float32 (or half precision, computed in float32) CPU
+  tensors, the fused C kernels of
   :mod:`mmact.ops.apa_cpu_kernel` (one C call forward, one backward);
 - ``'triton'``: CUDA float32 / float16 / bfloat16 tensors, the fused
   Triton kernels of :mod:`mmact.ops.apa_triton` (also CPU tensors under
   ``MMACT_TRITON=1`` with ``TRITON_INTERPRET=1``, for tests);
-- ``'torch'``: everything else (float64, half precision on the CPU, no C
-  compiler, backends switched off): torch ops with in-place temporaries;
+- ``'torch'``: everything else (float64, no C compiler, backends switched
+  off): torch ops with in-place temporaries;
 - ``'traced'``: ``torch.compile`` / ``torch.jit`` / dispatch modes: the
   torch ops, with the clamp outside the Function (inductor fuses them);
 - ``'export'``: ``torch.onnx.export``: a composite of standard ops
@@ -310,32 +311,39 @@ class _Triton(_Clamping):
 
 
 class _C:
-    """The fused C kernels (:mod:`mmact.ops.apa_cpu_kernel`): float32 CPU
-    tensors and parameters; one C call each way, which clamps lambda and
-    returns the raw parameters' gradients itself."""
+    """The fused C kernels (:mod:`mmact.ops.apa_cpu_kernel`): CPU tensors
+    (half precision evaluated in float32), float32 parameters; one C call
+    each way, which clamps lambda and returns the raw parameters' gradients
+    itself."""
 
     @staticmethod
     def forward(name, x, kappa, lam, lambda_min, channel_dim):
         _check_params(x, kappa, lam, channel_dim)
         if kappa.numel() != lam.numel():
             kappa, lam = _expanded(kappa, lam)
-        return get_kernel().forward(name, x, kappa, lam, lambda_min,
-                                    channel_dim)
+        z = x if x.dtype is _F32 else x.float()
+        out = get_kernel().forward(name, z, kappa, lam, lambda_min,
+                                   channel_dim)
+        return out if z is x else out.to(x.dtype)
 
     @staticmethod
     def grads(name, x, grad_out, kappa, lam, lambda_min, channel_dim, needs):
         k, l = _expanded(kappa, lam)  # noqa: E741
-        grad_x, grad_k, grad_l = get_kernel().backward(name, x, grad_out, k, l,
+        z = x if x.dtype is _F32 else x.float()
+        grad_x, grad_k, grad_l = get_kernel().backward(name, z, grad_out, k, l,
                                                        lambda_min, channel_dim,
                                                        needs[1], needs[2])
         if kappa.numel() != lam.numel():  # sum the expanded one's
             grad_k, grad_l = _chain_to_params(grad_k, grad_l, kappa, lam, 0.0)
-        return grad_x if needs[0] else None, grad_k, grad_l
+        grad_x = (
+            grad_x if z is x else grad_x.to(x.dtype)) if needs[0] else None
+        return grad_x, grad_k, grad_l
 
 
 _IMPLEMENTATIONS = {'torch': _Torch, 'triton': _Triton, 'c': _C}
 _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 _F32 = torch.float32
+_C_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
@@ -352,8 +360,9 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     a tensor the Triton settings cover (CUDA    ``triton``
     float32 / float16 / bfloat16; CPU with
     ``triton='all'``)
-    plain strided float32 CPU tensor, float32   ``c``
-    parameters, C kernels on and built
+    plain strided float32 / float16 /           ``c``
+    bfloat16 CPU tensor, float32 parameters,
+    C kernels on and built
     anything else                               ``torch``
     ==========================================  ==========
     """
@@ -361,7 +370,7 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
         return 'export' if torch.onnx.is_in_onnx_export() else 'traced'
     if backends.takes_triton(x):
         return 'triton'
-    if (x.is_cpu and x.dtype is _F32 and kappa.dtype is _F32
+    if (x.is_cpu and x.dtype in _C_DTYPES and kappa.dtype is _F32
             and lam.dtype is _F32 and type(x) in _PLAIN_TYPES
             and x.layout == torch.strided and backends.settings().cpu_kernels
             and get_kernel() is not None):
@@ -598,8 +607,10 @@ def _fused_rebuilt_grads(name: str, grad_out: Tensor, kappa: Tensor,
             return None
         return (grads[0],
                 *_chain_to_params(*grads[1:], kappa, lam, lambda_min))
-    if impl != 'c' or any(t is not None and t.dtype != src.dtype
-                          for t in (grad_out, other)):
+    # the rebuilding C kernel reads float32 sources as they are
+    if impl != 'c' or any(
+            t is not None and t.dtype is not _F32
+            for t in (src, grad_out, other)):
         return None
     k, l = _expanded(kappa, lam)  # noqa: E741
     grad_z, grad_k, grad_l = get_kernel().backward_rebuilt(
