@@ -189,3 +189,26 @@ def test_rebuilt_backward_matches_float64(name, per_channel, rows, with_other):
         assert a.dtype == torch.float32 and torch.isfinite(a).all(), what
         torch.testing.assert_close(
             a.reshape(b.shape), b.float(), rtol=2e-5, atol=1e-5, msg=what)
+
+
+def test_build_without_openmp_runs_in_the_calling_thread(tmp_path):
+    """Without OpenMP the entries run their ranges one after the other (no
+    thread pool of our own): the same values as the OpenMP build."""
+    from mmact.ops.apa_cpu_kernel import CpuKernel, _header
+    from mmact.ops.cpu_build import (KernelLibrary, build_library,
+                                     load_library, read_source)
+    path, key = build_library(
+        'mmact_apa', read_source('apa'), None, str(tmp_path), openmp=False)
+    serial = CpuKernel(KernelLibrary(load_library(path, key), _header()))
+    assert not serial.lib.openmp
+    x, k, lam, go = _inputs((8, 16, 32, 32), 16, seed=8)  # 2 x 65536
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        got = _kernel_run(serial, 'aglu', x, k, lam, 1, go)
+        want = _kernel_run(get_kernel(), 'aglu', x, k, lam, 1, go)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[2], want[2])
+    torch.testing.assert_close(got[3], want[3])
