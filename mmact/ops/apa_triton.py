@@ -1,7 +1,7 @@
 """Launchers of the fused Triton APA / AGLU kernels.
 
-Called by :mod:`mmact.ops.apa` when :func:`~mmact.ops.backends.use_triton`
-says so; parameter shapes are validated there. Any dense layout (NCHW,
+Called by :mod:`mmact.ops.apa` when its dispatch (``_implementation``)
+picks ``'triton'``; parameter shapes are validated there. Any dense layout (NCHW,
 ``channels_last``, NLC, ...) is processed in storage order, so no copy is
 made; other strides are made contiguous first. Backward is two launches:
 grad_x with per-program partial sums of the parameter gradients, then a

@@ -1,7 +1,8 @@
 """FleS on the Triton kernels (tiles or a global window).
 
-Called by :func:`mmact.ops.fles.fles_fused` when
-:func:`~mmact.ops.backends.use_triton` says so and :func:`supported` holds;
+Called by :func:`mmact.ops.fles.fles_fused` when its dispatch
+(``_implementation``: the Triton settings cover the tensor and
+:func:`supported` holds) picks it;
 other configurations (overlapping windows, the softplus and quasi-linear
 indicators) keep the torch path. Four passes over the pixels per training
 step, two of them in backward (see :mod:`.triton_kernels`); the scale MLP on
