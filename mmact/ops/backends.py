@@ -111,6 +111,7 @@ def configure(triton: Optional[str] = None,
 
     Raises:
         ValueError: An unknown ``triton`` mode.
+        TypeError: ``cpu_kernels`` is not a bool.
         RuntimeError: ``triton='all'`` where Triton's interpreter cannot run
             (no triton, Triton < 3.0, ``TRITON_INTERPRET`` not 1).
     """
@@ -119,7 +120,9 @@ def configure(triton: Optional[str] = None,
     if triton is not None:
         new = replace(new, triton=triton)
     if cpu_kernels is not None:
-        new = replace(new, cpu_kernels=bool(cpu_kernels))
+        if not isinstance(cpu_kernels, bool):
+            raise TypeError(f'cpu_kernels={cpu_kernels!r}: use True or False')
+        new = replace(new, cpu_kernels=cpu_kernels)
     _check(new)
     old, _settings = _settings, new
     return old

@@ -61,6 +61,9 @@ def test_bad_switch_values(monkeypatch, name, value, match):
         backends.configure_from_env()
     with pytest.raises(ValueError, match="triton='yes': use one of"):
         backends.configure(triton='yes')
+    with pytest.raises(TypeError, match="cpu_kernels='0': use True or False"):
+        backends.configure(cpu_kernels='0')
+    assert backends.settings() == backends.BackendSettings()  # unchanged
 
 
 def test_a_bad_switch_stops_the_import():
