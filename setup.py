@@ -37,7 +37,7 @@ setup(
     keywords='computer vision, object detection, activation functions',
     packages=find_packages(exclude=('configs', 'tools', 'tests', 'projects')),
     # the C kernels, compiled on first use (mmact/ops/cpu_build.py)
-    package_data={'mmact.ops': ['csrc/*.c', 'csrc/*.h']},
+    package_data={'mmact.ops': ['csrc/*.c', 'csrc/*.cpp', 'csrc/*.h']},
     python_requires='>=3.8',
     license='Apache License 2.0',
     install_requires=parse_requirements('requirements/runtime.txt'),

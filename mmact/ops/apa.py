@@ -63,7 +63,7 @@ from torch import Tensor
 
 from ..versions import is_tracing, needs_input_grad
 from . import backends
-from .apa_cpu_kernel import get_kernel
+from .apa_cpu_kernel import get_kernel, get_ops
 
 __all__ = [
     'apa', 'aglu', 'apa_reference', 'aglu_reference', 'clamp_lambda',
@@ -360,11 +360,17 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     a tensor the Triton settings cover (CUDA    ``triton``
     float32 / float16 / bfloat16; CPU with
     ``triton='all'``)
-    plain strided float32 / float16 /           ``c``
+    plain strided float32 / float16 /           ``op``
     bfloat16 CPU tensor, float32 parameters,
-    C kernels on and built
+    C kernels on, torch operators built
+    the same, operators not built (no C++       ``c``
+    compiler or ninja), ctypes library built
     anything else                               ``torch``
     ==========================================  ==========
+
+    ``op`` is :func:`~mmact.ops.apa_cpu_kernel.get_ops`' operator, which
+    records its own (C++) autograd node; ``c`` calls the same kernels
+    through ctypes from :class:`_APAFunction` / :class:`_AGLUFunction`.
     """
     if is_tracing():  # first: tracers reject reading x.layout
         return 'export' if torch.onnx.is_in_onnx_export() else 'traced'
@@ -372,9 +378,11 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
         return 'triton'
     if (x.is_cpu and x.dtype in _C_DTYPES and kappa.dtype is _F32
             and lam.dtype is _F32 and type(x) in _PLAIN_TYPES
-            and x.layout == torch.strided and backends.settings().cpu_kernels
-            and get_kernel() is not None):
-        return 'c'
+            and x.layout == torch.strided and backends.settings().cpu_kernels):
+        if get_ops() is not None:
+            return 'op'
+        if get_kernel() is not None:
+            return 'c'
     return 'torch'
 
 
@@ -456,6 +464,8 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
     kappa, lam = _as_param(kappa, x), _as_param(lambda_, x)
     impl = _implementation(x, kappa, lam)
+    if impl == 'op':
+        return get_ops()[op](x, kappa, lam, lambda_min, channel_dim)
     if impl == 'export':
         return _export(op, x, kappa, lam, lambda_min, channel_dim)
     if not (torch.is_grad_enabled() and
@@ -607,10 +617,11 @@ def _fused_rebuilt_grads(name: str, grad_out: Tensor, kappa: Tensor,
             return None
         return (grads[0],
                 *_chain_to_params(*grads[1:], kappa, lam, lambda_min))
-    # the rebuilding C kernel reads float32 sources as they are
-    if impl != 'c' or any(
+    # the rebuilding C kernel (through ctypes, also where the operators of
+    # ``op`` serve the per-call path) reads float32 sources as they are
+    if impl not in ('op', 'c') or any(
             t is not None and t.dtype is not _F32
-            for t in (src, grad_out, other)):
+            for t in (src, grad_out, other)) or get_kernel() is None:
         return None
     k, l = _expanded(kappa, lam)  # noqa: E741
     grad_z, grad_k, grad_l = get_kernel().backward_rebuilt(

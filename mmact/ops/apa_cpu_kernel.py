@@ -19,15 +19,15 @@ Nothing here is required: when the kernel cannot be built
 :func:`get_kernel` returns None and the ops use the plain torch path. The
 math is the one of :mod:`mmact.ops.apa`; tests compare both paths.
 """
-from typing import Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .cpu_build import (CSRC, KernelLibrary, build_library, get_library,
-                        load_library, read_source)
+                        get_operators, load_library, read_source)
 
-__all__ = ['get_kernel', 'build_kernel', 'CpuKernel']
+__all__ = ['get_kernel', 'build_kernel', 'CpuKernel', 'get_ops']
 
 _NAME = 'apa'
 _NULL = None  # a NULL pointer for ctypes
@@ -195,3 +195,17 @@ def get_kernel() -> Optional[CpuKernel]:
         lib = get_library(_NAME)
         _kernel = None if lib is None else CpuKernel(lib)
     return _kernel
+
+
+_ops: Optional[Dict[str, Callable]] = None
+
+
+def get_ops() -> Optional[Dict[str, Callable]]:
+    """``{'apa': torch.ops.mmact.apa, 'aglu': torch.ops.mmact.aglu}``: the
+    kernels as torch operators with a C++ autograd node
+    (``csrc/apa_op.cpp``, the schema there), built on first call; None when
+    they cannot be built or the C kernels are switched off."""
+    global _ops
+    if _ops is None and get_operators('apa_op.cpp'):
+        _ops = {'apa': torch.ops.mmact.apa, 'aglu': torch.ops.mmact.aglu}
+    return _ops

@@ -55,7 +55,7 @@ __all__ = [
     'ISAS', 'CSRC', 'BuildKeyMismatch', 'cpu_model', 'cpu_flags',
     'supported_isas', 'host_isa', 'read_source', 'parse_prototypes',
     'build_key', 'build_library', 'load_library', 'get_library',
-    'KernelLibrary'
+    'KernelLibrary', 'build_operators', 'get_operators'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -95,12 +95,14 @@ _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
 
 
 def read_source(name: str, source_dir: str = CSRC) -> str:
-    """The text of ``source_dir/name.c`` with its local ``#include "..."``
+    """The text of ``source_dir/name.c`` (or of ``source_dir/name`` when
+    ``name`` has a suffix) with its local ``#include "..."``
     headers inlined (each once; ``#line`` keeps compiler messages pointing
     at the files): what is compiled and what the build key hashes.
 
     Args:
-        name: the kernel's file stem (``'apa'``, ``'fles'``).
+        name: the kernel's file stem (``'apa'``, ``'fles'``) or file name
+            (``'apa_op.cpp'``).
         source_dir: where its files are; default :data:`CSRC`.
     """
 
@@ -120,7 +122,7 @@ def read_source(name: str, source_dir: str = CSRC) -> str:
         out.append(text[pos:])
         return ''.join(out)
 
-    return inline(f'{name}.c', set())
+    return inline(name if '.' in name else f'{name}.c', set())
 
 
 # C types a prototype may use, as ctypes.
@@ -234,9 +236,11 @@ def host_isa() -> str:
     return wanted
 
 
-def _compiler() -> Optional[Tuple[str, str]]:
-    """(path, version line) of ``$CC`` (default ``cc``), or None."""
-    path = shutil.which(os.environ.get('CC', 'cc'))
+def _compiler(var: str = 'CC',
+              default: str = 'cc') -> Optional[Tuple[str, str]]:
+    """(path, version line) of the compiler ``$var`` (default ``default``),
+    or None."""
+    path = shutil.which(os.environ.get(var, default))
     if path is None:
         return None
     try:
@@ -434,3 +438,83 @@ def get_library(name: str, source_dir: str = CSRC) -> Optional[KernelLibrary]:
                           'the slower torch implementation')
         _libraries[name] = lib
     return lib
+
+
+# The C flags that apply to C++ too (torch's extension builder adds -fPIC,
+# -shared and the C++ standard).
+_CXX_FLAGS = [
+    f for f in _BASE_FLAGS if f not in ('-shared', '-fPIC', '-std=gnu11')
+]
+_operator_libraries: Dict[str, bool] = {}
+
+
+def build_operators(name: str,
+                    source_dir: str = CSRC,
+                    isa: Optional[str] = None,
+                    cache_dir: Optional[str] = None) -> str:
+    """Compile ``source_dir/name`` (a C++ file registering torch operators,
+    e.g. ``apa_op.cpp``) with :func:`torch.utils.cpp_extension.load` and
+    load it into this process (its operators appear under ``torch.ops``).
+
+    The build directory is named by a key as in :func:`build_key` (the
+    source with its local headers, the flags, the C++ compiler, the CPU)
+    extended with the torch version, so that it is compiled once per
+    machine and torch (about 20 s; torch's headers are most of it).
+
+    Args:
+        name: the C++ file's name in ``source_dir``.
+        source_dir: default :data:`CSRC`.
+        isa: one of :data:`ISAS`; default :func:`host_isa`.
+        cache_dir: default ``$MMACT_CACHE_DIR`` or ``~/.cache/mmact``.
+
+    Returns:
+        The build directory.
+    """
+    from torch.utils import cpp_extension
+    compiler = _compiler('CXX', 'c++')
+    if compiler is None:
+        raise RuntimeError(f'no C++ compiler ({os.environ.get("CXX", "c++")})')
+    isa = host_isa() if isa is None else isa
+    flags = _CXX_FLAGS + _ISA_CC_FLAGS[isa] + ['-fopenmp']
+    key = hashlib.sha256(' '.join([
+        build_key(read_source(name, source_dir), isa, compiler, openmp=True),
+        torch.__version__, *flags
+    ]).encode()).hexdigest()
+    stem = f'mmact_{name.split(".")[0]}'
+    build_dir = osp.join(cache_dir or _cache_dir(), f'{stem}_{isa}_{key[:16]}')
+    os.makedirs(build_dir, exist_ok=True)
+    cpp_extension.load(
+        name=stem,
+        sources=[osp.join(source_dir, name)],
+        extra_cflags=flags,
+        extra_ldflags=['-fopenmp'],
+        extra_include_paths=[source_dir],
+        build_directory=build_dir,
+        is_python_module=False)
+    return build_dir
+
+
+def get_operators(name: str) -> bool:
+    """Whether the torch operators of ``CSRC/name`` are loaded, building
+    them on first use (:func:`build_operators`). False (with a warning if
+    the build failed) when the C kernels are switched off or cannot be
+    built; callers then use the ctypes kernels or torch.
+
+    Args:
+        name: the C++ file's name in :data:`CSRC` (``'apa_op.cpp'``).
+    """
+    if not backends.settings().cpu_kernels:
+        return False
+    if name in _operator_libraries:
+        return _operator_libraries[name]
+    with _lock:
+        if name not in _operator_libraries:
+            try:
+                build_operators(name)
+                _operator_libraries[name] = True
+            except Exception as e:  # compiler/ninja/loader problems
+                warnings.warn(f'mmact: CPU operators {name} unavailable '
+                              f'({type(e).__name__}: {str(e)[:300]}); using '
+                              'the ctypes kernels (more host time per call)')
+                _operator_libraries[name] = False
+    return _operator_libraries[name]

@@ -108,6 +108,10 @@ def test_sources_inline_their_headers_once():
     assert source.count('#define MMACT_APA_H') == 1
     assert '#line 1 "csrc/apa.h"' in source
     assert '#include "' not in source
+    # the operators' build key covers the kernels they compile in
+    operators = read_source('apa_op.cpp')
+    assert operators.count('#define MMACT_APA_H') == 1
+    assert 'aglu_backward_rebuilt' in operators
 
 
 @needs_cc
@@ -126,7 +130,8 @@ def test_sources_are_package_data(tmp_path):
                    capture_output=True)
     wheel, = tmp_path.glob('mmact-*.whl')
     names = set(zipfile.ZipFile(wheel).namelist())
-    for file in ('apa.c', 'apa.h', 'fles.c', 'fles.h', 'prelude.h'):
+    for file in ('apa.c', 'apa.h', 'apa_op.cpp', 'fles.c', 'fles.h',
+                 'prelude.h'):
         assert f'mmact/ops/csrc/{file}' in names
 
 

@@ -1,11 +1,12 @@
-"""Tests of the fused float32 CPU kernel behind mmact.ops.apa / aglu."""
+"""Tests of the fused float32 CPU kernel behind mmact.ops.apa / aglu, as
+torch operators (``op``) and through ctypes (``c``)."""
 import importlib
 
 import pytest
 import torch
 
 from mmact.ops import aglu, apa, backends
-from mmact.ops.apa_cpu_kernel import build_kernel, get_kernel
+from mmact.ops.apa_cpu_kernel import build_kernel, get_kernel, get_ops
 from mmact.ops.cpu_build import supported_isas
 
 apa_mod = importlib.import_module('mmact.ops.apa')
@@ -13,6 +14,16 @@ OPS = {'apa': apa, 'aglu': aglu}
 
 pytestmark = pytest.mark.skipif(
     get_kernel() is None, reason='no C compiler: torch path only')
+
+
+@pytest.fixture(params=['op', 'c'])
+def path(request, monkeypatch):
+    """Run a test through the torch operators and through ctypes."""
+    if request.param == 'op' and get_ops() is None:
+        pytest.skip('no C++ compiler or ninja: the operators are not built')
+    if request.param == 'c':
+        monkeypatch.setattr(apa_mod, 'get_ops', lambda: None)
+    return request.param
 
 
 def _run(op, x, k, lam, channel_dim, go):
@@ -35,14 +46,14 @@ def _inputs(shape, channels, seed=0):
     return x, k, lam, go
 
 
-def test_dispatch():
+def test_dispatch(path):
     k, lam = torch.ones(1), torch.ones(1)
     for x in (torch.randn(2, 8, 16, 16), torch.randn(10), torch.randn(0)):
-        assert apa_mod._implementation(x, k, lam) == 'c'
+        assert apa_mod._implementation(x, k, lam) == path
     x = torch.randn(10)
     assert apa_mod._implementation(x.double(), k, lam) == 'torch'
     assert apa_mod._implementation(x, k.double(), lam) == 'torch'
-    assert apa_mod._implementation(x.half(), k, lam) == 'c'  # in float32
+    assert apa_mod._implementation(x.half(), k, lam) == path  # in float32
     with backends.using(cpu_kernels=False):
         assert apa_mod._implementation(x, k, lam) == 'torch'
 
@@ -50,7 +61,7 @@ def test_dispatch():
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('shape,channels', [((0, 3), 3), ((1, ), 1),
                                             ((2, 3, 5), 3), ((1, 3), 1)])
-def test_tiny_and_empty_tensors(name, shape, channels):
+def test_tiny_and_empty_tensors(name, shape, channels, path):
     """Small tensors take the C kernels too (one call each way)."""
     x, k, lam, go = _inputs((64, ), channels, seed=7)
     n = torch.Size(shape).numel()
@@ -70,10 +81,10 @@ def test_tiny_and_empty_tensors(name, shape, channels):
     ((3, 400, 16), 16, -1),
     ((2, 6, 20, 20), 20, 3),
 ])
-def test_matches_float64(name, shape, channels, channel_dim):
+def test_matches_float64(name, shape, channels, channel_dim, path):
     op = OPS[name]
     x, k, lam, go = _inputs(shape, channels)
-    assert apa_mod._implementation(x, k, lam) == 'c'
+    assert apa_mod._implementation(x, k, lam) == path
     got = _run(op, x, k, lam, channel_dim, go)
     want = _run(op, x.double(), k.double(), lam.double(), channel_dim,
                 go.double())
@@ -84,7 +95,7 @@ def test_matches_float64(name, shape, channels, channel_dim):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
-def test_fused_equals_torch_path(name):
+def test_fused_equals_torch_path(name, path):
     op = OPS[name]
     x, k, lam, go = _inputs((2, 16, 16, 16), 16, seed=3)
     fused = _run(op, x, k, lam, 1, go)
@@ -98,7 +109,7 @@ def test_fused_equals_torch_path(name):
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
-def test_half_inputs_use_kernel_in_float32(dtype):
+def test_half_inputs_use_kernel_in_float32(dtype, path):
     x, k, lam, go = _inputs((2, 8, 16, 16), 1, seed=4)
     x = x.clamp(-60000, 60000).to(dtype)
     y, gx, gk, gl = _run(aglu, x, k, lam, 1, go)
@@ -107,6 +118,59 @@ def test_half_inputs_use_kernel_in_float32(dtype):
         assert torch.isfinite(t).all()
     want = _run(aglu, x.double(), k.double(), lam.double(), 1, go.double())
     torch.testing.assert_close(y, want[0].to(dtype))
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_operator_is_one_autograd_node(name):
+    """The operator clamps and expands inside its own C++ node: the output
+    hangs directly off the three leaves; no node at all without grad."""
+    if get_ops() is None:
+        pytest.skip('no C++ compiler or ninja: the operators are not built')
+    x, k, lam, _ = _inputs((2, 8, 4, 4), 8)
+    leaves = [t.requires_grad_() for t in (x, k[:1].clone(), lam)]
+    y = OPS[name](*leaves)
+    nodes = [type(f).__name__ for f, _ in y.grad_fn.next_functions]
+    assert nodes == ['AccumulateGrad'] * 3
+    with torch.no_grad():
+        assert OPS[name](*leaves).grad_fn is None
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+@pytest.mark.parametrize('shared', ['kappa', 'lambda'])
+@pytest.mark.parametrize('needs', [(True, False, True), (False, True, False)])
+def test_mixed_parameter_counts_and_partial_grads(name, shared, needs, path):
+    """One shared parameter beside a per-channel one (its gradient summed),
+    and gradients asked for some inputs only."""
+    x, k, lam, go = _inputs((2, 8, 5, 3), 8, seed=9)
+    k, lam = (k[:1], lam) if shared == 'kappa' else (k, lam[:1])
+
+    def run(*tensors):
+        leaves = [
+            t.detach().clone().requires_grad_(n)
+            for t, n in zip(tensors, needs)
+        ]
+        y = OPS[name](*leaves)
+        y.backward(go.to(y.dtype))
+        return [y.detach()] + [t.grad for t in leaves]
+
+    got = run(x, k, lam)
+    want = run(x.double(), k.double(), lam.double())
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b.float(), rtol=2e-5, atol=1e-4)
+
+
+def test_wrong_parameter_count_names_num_parameters(path):
+    x = torch.randn(2, 8, 3, 3)
+    with pytest.raises(
+            ValueError,
+            match=r'kappa has 3 values '
+            r'\(num_parameters=3\).* 8 channels at dim 1'):
+        aglu(x, torch.ones(3), torch.ones(1))
+    with pytest.raises(ValueError, match='lambda has 5 values'):
+        apa(x.requires_grad_(), torch.ones(8), torch.ones(5))
 
 
 def test_threads_split_the_work():
