@@ -33,8 +33,10 @@ sys.path.insert(0,
 
 import bench_utils  # noqa: E402
 
-#: module -> (baseline, target ratio in train mode).
+#: module -> (baseline, target ratio in train mode); PReLU (a native
+#: activation with one parameter) shows what a learnable parameter costs.
 TARGETS = {
+    'PReLU': ('SiLU', None),
     'AGLU': ('SiLU', 1.5),
     'AGLU per-channel': ('SiLU', 1.5),
     'APA': ('Sigmoid', 1.5),
@@ -72,6 +74,7 @@ def build_modules(channels: int, device: str) -> Dict[str, nn.Module]:
         'SiLU': nn.SiLU(),
         'Sigmoid': nn.Sigmoid(),
         'GELU': nn.GELU(),
+        'PReLU': nn.PReLU(),
         'AGLU': AGLU(),
         'AGLU per-channel': AGLU(num_parameters=channels),
         'APA': APA(),
@@ -130,7 +133,7 @@ def main(args) -> None:
                 [t / args.calls for t in times[name]])
             base, target = TARGETS.get(name, (None, None))
             if mode == 'eval':
-                target = EVAL_TARGET if base else None
+                target = EVAL_TARGET if target else None
             ratio = (
                 bench_utils.fmt_spread(
                     bench_utils.round_ratios(times, name, base))

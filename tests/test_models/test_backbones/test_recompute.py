@@ -1,5 +1,7 @@
 """recompute_act: same outputs, gradients and BN statistics as the plain
 path (float64), less memory saved for backward, fallbacks."""
+import importlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -131,6 +133,10 @@ def test_float32_kernel_path_rebuilds_inside_backward(monkeypatch):
     fast.load_state_dict(plain.state_dict())
     x = torch.randn(2, 3, 64, 64)
     plain(x)[0].square().mean().backward()
+    # count the kernels' calls through ctypes (the torch operators that
+    # serve the per-call path otherwise are one C++ call each)
+    monkeypatch.setattr(importlib.import_module('mmact.ops.apa'), 'get_ops',
+                        lambda: None)
     kernel = get_kernel()
     calls = []
 
