@@ -87,12 +87,12 @@ def test_overhead_benchmark_tables():
         check_machine_line(line, 1)
         names = [r[0] for r in rows]
         assert names == [
-            'SiLU', 'Sigmoid', 'GELU', 'AGLU', 'AGLU per-channel', 'APA',
-            'APA per-channel', 'FleS (global)'
+            'SiLU', 'Sigmoid', 'GELU', 'PReLU', 'AGLU', 'AGLU per-channel',
+            'APA', 'APA per-channel', 'FleS (global)'
         ]
         base = {r[0]: r[header.index('baseline')] for r in rows}
         assert base['AGLU'] == 'SiLU' and base['APA'] == 'Sigmoid'
-        assert base['FleS (global)'] == 'GELU'
+        assert base['FleS (global)'] == 'GELU' and base['PReLU'] == 'SiLU'
         ratio = header.index('ratio median [min-max]')
         for row in rows[3:]:
             assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
@@ -103,6 +103,7 @@ def test_overhead_benchmark_tables():
     assert targets[0]['AGLU'] == '<= 1.5'
     assert targets[0]['FleS (global)'] == '<= 3.0'
     assert targets[1]['APA'] == '<= 1.3'
+    assert targets[0]['PReLU'] == targets[1]['PReLU'] == ''  # a reference
     assert 'forward + backward' in out and 'eval() + no_grad' in out
 
 
