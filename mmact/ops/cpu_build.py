@@ -38,9 +38,10 @@ import json
 import os
 import os.path as osp
 import platform
+import re
 import shutil
 import subprocess
-import re
+import sys
 import tempfile
 import threading
 import warnings
@@ -448,6 +449,18 @@ _CXX_FLAGS = [
 _operator_libraries: Dict[str, bool] = {}
 
 
+def _build_path() -> str:
+    """``PATH`` for a build: as it is, plus the running Python's scripts
+    directory when ninja is not on it (pip's ninja in a virtualenv that was
+    not activated; torch's extension builder looks for ninja on PATH)."""
+    path = os.environ.get('PATH', '')
+    scripts = osp.dirname(sys.executable)
+    if (shutil.which('ninja', path=path) is None
+            and shutil.which('ninja', path=scripts) is not None):
+        path = os.pathsep.join(p for p in (path, scripts) if p)
+    return path
+
+
 def build_operators(name: str,
                     source_dir: str = CSRC,
                     isa: Optional[str] = None,
@@ -483,14 +496,22 @@ def build_operators(name: str,
     stem = f'mmact_{name.split(".")[0]}'
     build_dir = osp.join(cache_dir or _cache_dir(), f'{stem}_{isa}_{key[:16]}')
     os.makedirs(build_dir, exist_ok=True)
-    cpp_extension.load(
-        name=stem,
-        sources=[osp.join(source_dir, name)],
-        extra_cflags=flags,
-        extra_ldflags=['-fopenmp'],
-        extra_include_paths=[source_dir],
-        build_directory=build_dir,
-        is_python_module=False)
+    path = os.environ.get('PATH')
+    os.environ['PATH'] = _build_path()
+    try:
+        cpp_extension.load(
+            name=stem,
+            sources=[osp.join(source_dir, name)],
+            extra_cflags=flags,
+            extra_ldflags=['-fopenmp'],
+            extra_include_paths=[source_dir],
+            build_directory=build_dir,
+            is_python_module=False)
+    finally:
+        if path is None:
+            os.environ.pop('PATH', None)
+        else:
+            os.environ['PATH'] = path
     return build_dir
 
 

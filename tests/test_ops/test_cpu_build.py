@@ -1,6 +1,7 @@
 """Tests of mmact.ops.cpu_build: ISA choice, build keys, cache refusal,
 sources as files, signatures from the headers."""
 import ctypes
+import os
 import os.path as osp
 import re
 
@@ -176,3 +177,22 @@ def test_switched_off(monkeypatch):
     monkeypatch.setattr(cpu_build, '_libraries', {})
     with backends.using(cpu_kernels=False):
         assert cpu_build.get_library('apa') is None
+
+
+def test_build_finds_the_environments_ninja(monkeypatch, tmp_path):
+    """pip's ninja in a virtualenv that is not activated is found: the
+    Python's scripts directory goes on the build's PATH when ninja is not
+    on PATH already."""
+    import sys
+
+    from mmact.ops.cpu_build import _build_path
+    scripts = tmp_path / 'bin'
+    scripts.mkdir()
+    ninja = scripts / 'ninja'
+    ninja.write_text('#!/bin/sh\n')
+    ninja.chmod(0o755)
+    monkeypatch.setattr(sys, 'executable', str(scripts / 'python'))
+    monkeypatch.setenv('PATH', str(tmp_path / 'elsewhere'))
+    assert _build_path().split(os.pathsep)[-1] == str(scripts)
+    monkeypatch.setenv('PATH', str(scripts))
+    assert _build_path() == str(scripts)
