@@ -136,6 +136,26 @@ def test_operator_is_one_autograd_node(name):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_operator_refuses_a_second_derivative(name):
+    """create_graph gives the same first derivatives; a second derivative
+    through the kernel's backward raises instead of being dropped."""
+    if get_ops() is None:
+        pytest.skip('no C++ compiler or ninja: the operators are not built')
+    x, k, lam, _ = _inputs((2, 8, 4, 4), 8)
+    x, k, lam = (t.requires_grad_() for t in (x, k, lam))
+    y = OPS[name](x, k, lam)
+    want = torch.autograd.grad(y.sum(), (x, k, lam), retain_graph=True)
+    got = torch.autograd.grad(y.sum(), (x, k, lam), create_graph=True)
+    for a, b in zip(got, want):
+        assert a.requires_grad and torch.equal(a, b)
+    penalty = y.sum() + got[0].square().sum()
+    with pytest.raises(
+            RuntimeError, match=f'mmact::{name} cannot be '
+            'differentiated twice'):
+        penalty.backward()
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('shared', ['kappa', 'lambda'])
 @pytest.mark.parametrize('needs', [(True, False, True), (False, True, False)])
 def test_mixed_parameter_counts_and_partial_grads(name, shared, needs, path):

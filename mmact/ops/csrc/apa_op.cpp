@@ -14,6 +14,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
 #include <string>
@@ -109,6 +110,24 @@ at::Tensor to_param(const at::Tensor& grad, const at::Tensor& p) {
   return grad.numel() == p.numel() ? grad : grad.sum().view(p.sizes());
 }
 
+// Under create_graph the kernel's gradients hang off a node that raises when
+// a second derivative reaches it (what torch.autograd.function's
+// once_differentiable does), instead of being constants that would drop
+// the second derivative silently.
+variable_list once_differentiable(variable_list grads, const char* name) {
+  for (auto& g : grads) {
+    if (g.defined()) {
+      g = g.detach();
+      g.set_requires_grad(true);
+    }
+  }
+  torch::autograd::DelayedError error(
+      std::string("mmact::") + name +
+          " cannot be differentiated twice (its backward is a fused kernel)",
+      static_cast<int>(grads.size()));
+  return error.apply(std::move(grads));
+}
+
 template <const Entries& E>
 struct Eta : public torch::autograd::Function<Eta<E>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
@@ -139,10 +158,13 @@ struct Eta : public torch::autograd::Function<Eta<E>> {
         need_k ? gk.data_ptr<float>() : nullptr,
         need_l ? gl.data_ptr<float>() : nullptr);
     TORCH_CHECK(status == 0, E.name, " backward: no memory for its sums");
-    return {gx.scalar_type() == x.scalar_type() ? gx : gx.to(x.scalar_type()),
-            need_k ? to_param(gk, kappa) : at::Tensor(),
-            need_l ? to_param(gl, lambda) : at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    variable_list out = {
+        gx.scalar_type() == x.scalar_type() ? gx : gx.to(x.scalar_type()),
+        need_k ? to_param(gk, kappa) : at::Tensor(),
+        need_l ? to_param(gl, lambda) : at::Tensor(), at::Tensor(),
+        at::Tensor()};
+    return at::GradMode::is_enabled() ? once_differentiable(std::move(out), E.name)
+                                      : out;
   }
 };
 
