@@ -27,6 +27,12 @@ about a second) and loaded with :mod:`ctypes`.
   without OpenMP (``MMACT_CPU_OPENMP=0``, or a compiler without it) they
   run in the calling thread. There is no other thread pool.
 
+* **Torch operators.** ``apa_op.cpp`` compiles ``apa.c`` into torch
+  operators with a C++ autograd node (``torch.ops.mmact.apa`` / ``aglu``:
+  no Python ``autograd.Function`` or ctypes per call), built by
+  :func:`build_operators` through :func:`torch.utils.cpp_extension.load`
+  (about 20 s) into the same cache, under a key that adds the torch version.
+
 Nothing here is required: without a compiler, on other platforms than
 Linux, or with the C kernels switched off (``MMACT_DISABLE_CPU_KERNEL=1``,
 :func:`mmact.ops.backends.configure`), :func:`get_library` returns None and
