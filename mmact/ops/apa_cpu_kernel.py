@@ -201,11 +201,15 @@ _ops: Optional[Dict[str, Callable]] = None
 
 
 def get_ops() -> Optional[Dict[str, Callable]]:
-    """``{'apa': torch.ops.mmact.apa, 'aglu': torch.ops.mmact.aglu}``: the
-    kernels as torch operators with a C++ autograd node
-    (``csrc/apa_op.cpp``, the schema there), built on first call; None when
-    they cannot be built or the C kernels are switched off."""
+    """``{'apa': ..., 'aglu': ...}``: the kernels as the torch operators
+    ``torch.ops.mmact.apa`` / ``aglu`` with a C++ autograd node
+    (``csrc/apa_op.cpp``, the schema there), each called through the
+    extension's own Python entry (a native binding's cost, not
+    ``torch.ops``'); built on first call; None when they cannot be built or
+    the C kernels are switched off."""
     global _ops
-    if _ops is None and get_operators('apa_op.cpp'):
-        _ops = {'apa': torch.ops.mmact.apa, 'aglu': torch.ops.mmact.aglu}
+    if _ops is None:
+        module = get_operators('apa_op.cpp')
+        if module is not None:
+            _ops = {'apa': module.apa, 'aglu': module.aglu}
     return _ops

@@ -52,6 +52,7 @@ import tempfile
 import threading
 import warnings
 from functools import lru_cache
+from types import ModuleType
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
@@ -452,7 +453,7 @@ def get_library(name: str, source_dir: str = CSRC) -> Optional[KernelLibrary]:
 _CXX_FLAGS = [
     f for f in _BASE_FLAGS if f not in ('-shared', '-fPIC', '-std=gnu11')
 ]
-_operator_libraries: Dict[str, bool] = {}
+_operator_modules: Dict[str, Optional[ModuleType]] = {}
 
 
 def _build_path() -> str:
@@ -470,10 +471,11 @@ def _build_path() -> str:
 def build_operators(name: str,
                     source_dir: str = CSRC,
                     isa: Optional[str] = None,
-                    cache_dir: Optional[str] = None) -> str:
+                    cache_dir: Optional[str] = None) -> ModuleType:
     """Compile ``source_dir/name`` (a C++ file registering torch operators,
-    e.g. ``apa_op.cpp``) with :func:`torch.utils.cpp_extension.load` and
-    load it into this process (its operators appear under ``torch.ops``).
+    e.g. ``apa_op.cpp``, which also defines a Python module with a function
+    per operator) with :func:`torch.utils.cpp_extension.load` and import
+    it (its operators appear under ``torch.ops``).
 
     The build directory is named by a key as in :func:`build_key` (the
     source with its local headers, the flags, the C++ compiler, the CPU)
@@ -487,7 +489,7 @@ def build_operators(name: str,
         cache_dir: default ``$MMACT_CACHE_DIR`` or ``~/.cache/mmact``.
 
     Returns:
-        The build directory.
+        The extension module.
     """
     from torch.utils import cpp_extension
     compiler = _compiler('CXX', 'c++')
@@ -505,25 +507,23 @@ def build_operators(name: str,
     path = os.environ.get('PATH')
     os.environ['PATH'] = _build_path()
     try:
-        cpp_extension.load(
+        return cpp_extension.load(
             name=stem,
             sources=[osp.join(source_dir, name)],
             extra_cflags=flags,
             extra_ldflags=['-fopenmp'],
             extra_include_paths=[source_dir],
-            build_directory=build_dir,
-            is_python_module=False)
+            build_directory=build_dir)
     finally:
         if path is None:
             os.environ.pop('PATH', None)
         else:
             os.environ['PATH'] = path
-    return build_dir
 
 
-def get_operators(name: str) -> bool:
-    """Whether the torch operators of ``CSRC/name`` are loaded, building
-    them on first use (:func:`build_operators`). False (with a warning if
+def get_operators(name: str) -> Optional[ModuleType]:
+    """The extension module of ``CSRC/name`` (its torch operators loaded),
+    built on first use (:func:`build_operators`); None (with a warning if
     the build failed) when the C kernels are switched off or cannot be
     built; callers then use the ctypes kernels or torch.
 
@@ -531,17 +531,16 @@ def get_operators(name: str) -> bool:
         name: the C++ file's name in :data:`CSRC` (``'apa_op.cpp'``).
     """
     if not backends.settings().cpu_kernels:
-        return False
-    if name in _operator_libraries:
-        return _operator_libraries[name]
+        return None
+    if name in _operator_modules:
+        return _operator_modules[name]
     with _lock:
-        if name not in _operator_libraries:
+        if name not in _operator_modules:
             try:
-                build_operators(name)
-                _operator_libraries[name] = True
+                _operator_modules[name] = build_operators(name)
             except Exception as e:  # compiler/ninja/loader problems
                 warnings.warn(f'mmact: CPU operators {name} unavailable '
                               f'({type(e).__name__}: {str(e)[:300]}); using '
                               'the ctypes kernels (more host time per call)')
-                _operator_libraries[name] = False
-    return _operator_libraries[name]
+                _operator_modules[name] = None
+    return _operator_modules[name]

@@ -136,6 +136,53 @@ def test_operator_is_one_autograd_node(name):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_operator_node_keeps_autograd_rules(name):
+    """The node saves its inputs as torch's own nodes do: it is freed after
+    backward, and an input changed in place after the call is refused."""
+    if get_ops() is None:
+        pytest.skip('no C++ compiler or ninja: the operators are not built')
+    x, k, lam, go = _inputs((2, 8, 4, 4), 8)
+    x, k, lam = (t.requires_grad_() for t in (x, k, lam))
+    y = get_ops()[name](x, k, lam, 1e-4, 1)
+    assert y.grad_fn.name() == f'mmact::{name}_backward'
+    y.backward(go)
+    with pytest.raises(
+            RuntimeError, match='backward through the graph a '
+            'second time'):
+        y.backward(go)
+    z = x.detach().clone().requires_grad_()
+    h = z * 1.0
+    y = get_ops()[name](h, k, lam, 1e-4, 1)
+    h.add_(1.0)
+    with pytest.raises(RuntimeError, match='modified by an inplace'):
+        y.backward(go)
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_operator_entry_errors_name_the_arguments(name):
+    """The operators' Python entries refuse other arguments, and the
+    operators other devices, with errors that say what they take."""
+    ops = get_ops()
+    if ops is None:
+        pytest.skip('no C++ compiler or ninja: the operators are not built')
+    x, one = torch.randn(2, 8, 3), torch.ones(1)
+    with pytest.raises(
+            TypeError,
+            match=r'\(x, kappa, lambda_, lambda_min: '
+            r'float, channel_dim: int\) takes three tensors'):
+        ops[name](x, one, 1.0, 1e-4, 1)
+    with pytest.raises(TypeError, match='takes three tensors'):
+        ops[name](x, one, one, 1e-4)
+    with pytest.raises(TypeError, match='must be real number'):
+        ops[name](x, one, one, 'small', 1)
+    torch.testing.assert_close(ops[name](x, one, one, 1, 1),
+                               ops[name](x, one, one, 1.0, 1))
+    with pytest.raises(
+            RuntimeError, match=r'run on CPU tensors \(got x on meta\)'):
+        ops[name](x.to('meta'), one, one, 1e-4, 1)
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
 def test_operator_refuses_a_second_derivative(name):
     """create_graph gives the same first derivatives; a second derivative
     through the kernel's backward raises instead of being dropped."""
