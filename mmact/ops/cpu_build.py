@@ -29,9 +29,10 @@ about a second) and loaded with :mod:`ctypes`.
 
 * **Torch operators.** ``apa_op.cpp`` compiles ``apa.c`` into torch
   operators with a C++ autograd node (``torch.ops.mmact.apa`` / ``aglu``:
-  no Python ``autograd.Function`` or ctypes per call), built by
-  :func:`build_operators` through :func:`torch.utils.cpp_extension.load`
-  (about 20 s) into the same cache, under a key that adds the torch version.
+  no Python ``autograd.Function`` or ctypes per call) and a Python module
+  with a native-cost entry for each, built by :func:`build_operators`
+  through :func:`torch.utils.cpp_extension.load` (20-26 s) into the same
+  cache, under a key that adds the torch version.
 
 Nothing here is required: without a compiler, on other platforms than
 Linux, or with the C kernels switched off (``MMACT_DISABLE_CPU_KERNEL=1``,
@@ -480,7 +481,7 @@ def build_operators(name: str,
     The build directory is named by a key as in :func:`build_key` (the
     source with its local headers, the flags, the C++ compiler, the CPU)
     extended with the torch version, so that it is compiled once per
-    machine and torch (about 20 s; torch's headers are most of it).
+    machine and torch (20-26 s; torch's headers are most of it).
 
     Args:
         name: the C++ file's name in ``source_dir``.

@@ -1,7 +1,8 @@
 // APA / AGLU as torch operators, mmact::apa and mmact::aglu: the kernels of
 // apa.c (compiled into this library) behind the dispatcher, with the
-// backward as a C++ autograd node, so that a call on a CPU tensor costs what
-// a native activation's does (no Python autograd.Function, no ctypes).
+// backward as a C++ autograd node, and a Python module (mmact_apa_op) with
+// an entry per operator, so that a call on a CPU tensor costs about what a
+// native activation's does (no Python autograd.Function, no ctypes).
 //
 // Schema: (Tensor x, Tensor kappa, Tensor lambda_, float lambda_min,
 // int channel_dim) -> Tensor. x: float32 / float16 / bfloat16 CPU tensor

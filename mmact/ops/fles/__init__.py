@@ -32,7 +32,7 @@ from .geometry import (WindowGeometry, check_window_args, grid_window,
 from .indicators import FLES_INDICATORS, fles_indicator, indicator_transform
 from .scales import (K_HO_MIN, ScaleFn, fles_apply, fles_mlp_scales,
                      fles_proto_scales, fles_reference, fles_scales,
-                     fles_shared_mlp_scales)
+                     fles_shared_mlp_scales, scales_vjp)
 
 __all__ = [
     'FLES_GATES', 'FLES_INDICATORS', 'K_HO_MIN', 'ScaleFn', 'WindowGeometry',
@@ -40,5 +40,5 @@ __all__ = [
     'window_scatter', 'window_coverage', 'window_area', 'window_expand',
     'fles_gate', 'fles_gate_and_grad', 'indicator_transform', 'fles_indicator',
     'fles_mlp_scales', 'fles_shared_mlp_scales', 'fles_proto_scales',
-    'fles_scales', 'fles_apply', 'fles_reference', 'fles_fused'
+    'fles_scales', 'scales_vjp', 'fles_apply', 'fles_reference', 'fles_fused'
 ]

@@ -3,7 +3,8 @@
 The indicator and the gate are evaluated block by block over ``N*C`` channel
 planes (each block ~``block_bytes``), so intermediates stay in cache.
 Derivatives of the gate are analytic; the scale MLP is re-run in backward on
-the (small) indicator grid and differentiated with autograd.
+the (small) indicator grid, with its vector-Jacobian product written out for
+the MLP layouts of :mod:`.scales` (autograd for any other scale function).
 
 With tiles or a global window the scales are constant per window: they are
 broadcast over tile views (:class:`~.tiling.Tiling`) and the gate is
@@ -42,7 +43,7 @@ from .geometry import (WindowGeometry, window_area, window_coverage,
                        window_scatter, window_sum)
 from .indicators import (check_indicator, float_mask, indicator_transform,
                          indicator_transform_grad)
-from .scales import ScaleFn, fles_mlp_scales
+from .scales import ScaleFn, fles_mlp_scales, scales_vjp
 from .tiling import Tiling, window_dot
 
 __all__ = ['fles_fused']
@@ -208,19 +209,6 @@ def _indicator_grads(
     return acc_gamma.view(n, -1).sum(0), acc_beta.view(n, -1).sum(0)
 
 
-def _scales_with_graph(scale_fn: ScaleFn, ind: Tensor,
-                       params: Sequence[Tensor]) -> Tuple[Tensor, ...]:
-    """Re-runs ``scale_fn`` on detached leaves, recording a graph.
-
-    Returns ``(k_ve, k_ho, ind_leaf, *param_leaves)``.
-    """
-    with torch.enable_grad():
-        ind_leaf = ind.detach().requires_grad_()
-        leaves = [p.detach().requires_grad_() for p in params]
-        k_ve, k_ho = scale_fn(ind_leaf, *leaves)
-    return (k_ve, k_ho, ind_leaf, *leaves)
-
-
 class _Plan(NamedTuple):
     """How :func:`fles_fused` runs on one input."""
     name: str  # 'triton', 'c' or 'torch'
@@ -370,7 +358,7 @@ class _FleSFunction(torch.autograd.Function):
         gf = grad_out.contiguous().reshape(planes, h, w)
         plan = ctx.plan
         with _stage('fles.bwd.mlp'), _small_op_threads(ind):
-            k_ve, k_ho, *leaves = _scales_with_graph(ctx.scale_fn, ind, params)
+            k_ve, k_ho, scales_backward = scales_vjp(ctx.scale_fn, ind, params)
         kv = k_ve.detach().reshape(planes, *geom.grid)
         ko = k_ho.detach().reshape(planes, *geom.grid)
         with _stage('fles.bwd.gate'):
@@ -385,10 +373,7 @@ class _FleSFunction(torch.autograd.Function):
                 g_ve, g_ho = gate_grads(xf, gf, kv, ko, geom, ctx.gate, block,
                                         grad_x)
         with _stage('fles.bwd.mlp'), _small_op_threads(ind):
-            g_ind, *param_grads = torch.autograd.grad(
-                (k_ve, k_ho),
-                leaves, (g_ve.view_as(k_ve), g_ho.view_as(k_ho)),
-                allow_unused=True)
+            g_ind, *param_grads = scales_backward(g_ve, g_ho)
         g_gamma = g_beta = None
         if g_ind is not None:
             with _stage('fles.bwd.indicator'):

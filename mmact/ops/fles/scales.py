@@ -11,7 +11,8 @@ from .indicators import fles_indicator
 
 __all__ = [
     'K_HO_MIN', 'ScaleFn', 'fles_mlp_scales', 'fles_shared_mlp_scales',
-    'fles_proto_scales', 'fles_scales', 'fles_apply', 'fles_reference'
+    'scales_vjp', 'fles_proto_scales', 'fles_scales', 'fles_apply',
+    'fles_reference'
 ]
 
 #: Numerical floor of k_ho (softplus can underflow to 0 in float32; the fused
@@ -20,6 +21,9 @@ K_HO_MIN = 1e-6
 
 #: ``scale_fn(ind, *params) -> (k_ve, k_ho)``.
 ScaleFn = Callable[..., Tuple[Tensor, Tensor]]
+
+#: ``vjp(g_ve, g_ho) -> (g_ind, *param_grads)`` (entries may be None).
+Vjp = Callable[[Tensor, Tensor], Tuple[Optional[Tensor], ...]]
 
 
 def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
@@ -79,6 +83,114 @@ def fles_shared_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
     out = F.softplus(out + fc2_bias[:, None, :, None])
     out = out.reshape(2, n, c, gh, gw)
     return out[0], out[1].clamp_min(K_HO_MIN)
+
+
+def _heads_backward(opre: Tensor, out: Tensor, hidden: Tensor,
+                    fc2_weight: Tensor, g_ve: Tensor, g_ho: Tensor):
+    """Backward of the two heads ``out = softplus(opre)``, ``opre =
+    fc2_weight[i] @ hidden + fc2_bias[i]`` (``k_ho = out[1]`` floored at
+    :data:`K_HO_MIN`, no gradient below it); ``opre`` is ``(2, N, C, G)``.
+
+    Returns ``(d_opre, g_fc2_weight, g_fc2_bias)``; ``d_opre`` is
+    ``(2, N, C, G)``."""
+    n, c = opre.shape[1:3]
+    k_ho_passes = out[1].reshape(n, c, -1) >= K_HO_MIN
+    d_opre = torch.stack((g_ve.reshape(n, c, -1).to(opre.dtype),
+                          g_ho.reshape(n, c, -1).to(opre.dtype) * k_ho_passes))
+    d_opre.mul_(torch.sigmoid(opre))  # softplus' = sigmoid
+    # hidden: (2, N, h, G) per head or (N, h, G) shared
+    g_fc2_weight = torch.matmul(d_opre, hidden.transpose(-1, -2)).sum(1)
+    return d_opre, g_fc2_weight.reshape(fc2_weight.shape), d_opre.sum((1, 3))
+
+
+def _mlp_scales_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+                    fc2_weight: Tensor, fc2_bias: Tensor):
+    """:func:`fles_mlp_scales` and its vector-Jacobian product, written out
+    (a re-run under autograd costs more than the MLP on small grids)."""
+    n, c, gh, gw = ind.shape
+    flat = ind.reshape(n, c, gh * gw)
+    hidden = torch.matmul(fc1_weight[:, None], flat)
+    hidden = F.relu(hidden.add_(fc1_bias[:, None, :, None]))  # (2, N, h, G)
+    opre = torch.matmul(fc2_weight[:, None], hidden)
+    opre.add_(fc2_bias[:, None, :, None])  # (2, N, C, G)
+    out = F.softplus(opre).reshape(2, n, c, gh, gw)
+
+    def vjp(g_ve: Tensor, g_ho: Tensor):
+        d_opre, g_w2, g_b2 = _heads_backward(opre, out, hidden, fc2_weight,
+                                             g_ve, g_ho)
+        d_hidden = torch.matmul(fc2_weight.transpose(-1, -2)[:, None], d_opre)
+        d_hidden.mul_(hidden > 0)  # (2, N, h, G)
+        g_w1 = torch.matmul(d_hidden, flat.transpose(-1, -2)).sum(1)
+        g_ind = torch.matmul(fc1_weight.transpose(-1, -2)[:, None],
+                             d_hidden).sum(0)
+        return (g_ind.view_as(ind), g_w1, d_hidden.sum((1, 3)), g_w2, g_b2)
+
+    return out[0], out[1].clamp_min(K_HO_MIN), vjp
+
+
+def _shared_mlp_scales_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+                           fc2_weight: Tensor, fc2_bias: Tensor):
+    """:func:`fles_shared_mlp_scales` and its vector-Jacobian product,
+    written out."""
+    n, c, gh, gw = ind.shape
+    flat = ind.reshape(n, c, gh * gw)
+    hidden = torch.matmul(fc1_weight, flat)
+    hidden = F.relu(hidden.add_(fc1_bias[None, :, None]))  # (N, h, G)
+    opre = torch.matmul(fc2_weight[:, None], hidden)
+    opre.add_(fc2_bias[:, None, :, None])  # (2, N, C, G)
+    out = F.softplus(opre).reshape(2, n, c, gh, gw)
+
+    def vjp(g_ve: Tensor, g_ho: Tensor):
+        d_opre, g_w2, g_b2 = _heads_backward(opre, out, hidden, fc2_weight,
+                                             g_ve, g_ho)
+        d_hidden = torch.matmul(fc2_weight.transpose(-1, -2)[:, None],
+                                d_opre).sum(0)
+        d_hidden.mul_(hidden > 0)  # (N, h, G)
+        g_w1 = torch.matmul(d_hidden, flat.transpose(-1, -2)).sum(0)
+        g_ind = torch.matmul(fc1_weight.t(), d_hidden)
+        return (g_ind.view_as(ind), g_w1, d_hidden.sum((0, 2)), g_w2, g_b2)
+
+    return out[0], out[1].clamp_min(K_HO_MIN), vjp
+
+
+_WRITTEN_VJPS = {
+    fles_mlp_scales: _mlp_scales_vjp,
+    fles_shared_mlp_scales: _shared_mlp_scales_vjp,
+}
+
+
+def scales_vjp(scale_fn: ScaleFn, ind: Tensor,
+               params: Sequence[Tensor]) -> Tuple[Tensor, Tensor, Vjp]:
+    """``(k_ve, k_ho, vjp)``: ``scale_fn(ind, *params)`` and a function
+    from the gradients of ``(k_ve, k_ho)`` to those of ``(ind, *params)``,
+    for a backward that re-runs the scales (the fused FleS ops).
+
+    The MLP layouts here have their products written out; any other
+    ``scale_fn`` is re-run under autograd. Call it where gradients are not
+    being recorded (``vjp``'s results are plain tensors).
+
+    Args:
+        scale_fn: maps indicators to ``(k_ve, k_ho)``.
+        ind: ``(N, C, nh, nw)`` indicators.
+        params: passed to ``scale_fn(ind, *params)``.
+    """
+    params = [p.detach() for p in params]
+    written = _WRITTEN_VJPS.get(scale_fn)
+    if written is not None:
+        return written(ind.detach(), *params)
+    with torch.enable_grad():
+        leaves = [ind.detach().requires_grad_()
+                  ] + [p.requires_grad_() for p in params]
+        k_ve, k_ho = scale_fn(*leaves)
+
+    def vjp(g_ve: Tensor, g_ho: Tensor):
+        return torch.autograd.grad(
+            (k_ve, k_ho),
+            leaves, (g_ve.view_as(k_ve).to(k_ve.dtype), g_ho.view_as(k_ho).to(
+                k_ho.dtype)),
+            allow_unused=True)
+
+    return k_ve, k_ho, vjp
 
 
 def fles_proto_scales(x: Tensor, alpha: Tensor,

@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .geometry import WindowGeometry, window_area
-from .scales import ScaleFn
+from .scales import ScaleFn, scales_vjp
 
 __all__ = ['supported', 'fles_triton']
 
@@ -149,10 +149,10 @@ class _FleSTriton(torch.autograd.Function):
         gf = grad_out.contiguous().view(planes, h, w)
         bands = _bands(geom)
         grid = (planes * bands.programs_per_plane, )
-        with torch.enable_grad():
-            ind_leaf = ind.detach().view(n, c, *geom.grid).requires_grad_()
-            leaves = [p.detach().requires_grad_() for p in params]
-            k_ve, k_ho = _scales(ctx.scale_fn, ind_leaf, leaves)
+        dtype = params[0].dtype if params else ind.dtype
+        k_ve, k_ho, scales_backward = scales_vjp(
+            ctx.scale_fn,
+            ind.view(n, c, *geom.grid).to(dtype), params)
         kv, ko = _f32(k_ve, planes, geom), _f32(k_ho, planes, geom)
         s_ve = torch.empty_like(kv)
         s_ho = torch.empty_like(kv)
@@ -172,10 +172,7 @@ class _FleSTriton(torch.autograd.Function):
             BLOCK_NW=bands.block_nw)
         # d y / d k_ve = rho(u) x;  d y / d k_ho = k_ve c x^2 rho'(u)
         g_ho = s_ho.mul_(kv).mul_(cst)
-        g_ind, *param_grads = torch.autograd.grad(
-            (k_ve, k_ho), [ind_leaf] + leaves, (s_ve.view_as(k_ve).to(
-                k_ve.dtype), g_ho.view_as(k_ho).to(k_ho.dtype)),
-            allow_unused=True)
+        g_ind, *param_grads = scales_backward(s_ve, g_ho)
         q = (g_ind.reshape(planes, *geom.grid).to(torch.float32) /
              count).contiguous()
         grad_x = torch.empty_like(xf)
