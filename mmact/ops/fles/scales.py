@@ -85,78 +85,45 @@ def fles_shared_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
     return out[0], out[1].clamp_min(K_HO_MIN)
 
 
-def _heads_backward(opre: Tensor, out: Tensor, hidden: Tensor,
-                    fc2_weight: Tensor, g_ve: Tensor, g_ho: Tensor):
-    """Backward of the two heads ``out = softplus(opre)``, ``opre =
-    fc2_weight[i] @ hidden + fc2_bias[i]`` (``k_ho = out[1]`` floored at
-    :data:`K_HO_MIN`, no gradient below it); ``opre`` is ``(2, N, C, G)``.
-
-    Returns ``(d_opre, g_fc2_weight, g_fc2_bias)``; ``d_opre`` is
-    ``(2, N, C, G)``."""
-    n, c = opre.shape[1:3]
-    k_ho_passes = out[1].reshape(n, c, -1) >= K_HO_MIN
-    d_opre = torch.stack((g_ve.reshape(n, c, -1).to(opre.dtype),
-                          g_ho.reshape(n, c, -1).to(opre.dtype) * k_ho_passes))
-    d_opre.mul_(torch.sigmoid(opre))  # softplus' = sigmoid
-    # hidden: (2, N, h, G) per head or (N, h, G) shared
-    g_fc2_weight = torch.matmul(d_opre, hidden.transpose(-1, -2)).sum(1)
-    return d_opre, g_fc2_weight.reshape(fc2_weight.shape), d_opre.sum((1, 3))
-
-
-def _mlp_scales_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
-                    fc2_weight: Tensor, fc2_bias: Tensor):
-    """:func:`fles_mlp_scales` and its vector-Jacobian product, written out
-    (a re-run under autograd costs more than the MLP on small grids)."""
+def _mlp_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+             fc2_weight: Tensor, fc2_bias: Tensor):
+    """:func:`fles_mlp_scales` (``fc1`` per head, ``(2, h, C)``) or
+    :func:`fles_shared_mlp_scales` (``fc1`` shared, ``(h, C)``) and its
+    vector-Jacobian product, written out (a re-run under autograd costs more
+    than the MLP on small grids)."""
     n, c, gh, gw = ind.shape
     flat = ind.reshape(n, c, gh * gw)
-    hidden = torch.matmul(fc1_weight[:, None], flat)
-    hidden = F.relu(hidden.add_(fc1_bias[:, None, :, None]))  # (2, N, h, G)
+    per_head = fc1_weight.dim() == 3
+    w1 = fc1_weight.unsqueeze(-3)  # (2, 1, h, C) or (1, h, C)
+    hidden = torch.matmul(w1, flat).add_(fc1_bias[..., None, :, None])
+    hidden = F.relu(hidden)  # (2, N, h, G) or (N, h, G)
     opre = torch.matmul(fc2_weight[:, None], hidden)
     opre.add_(fc2_bias[:, None, :, None])  # (2, N, C, G)
-    out = F.softplus(opre).reshape(2, n, c, gh, gw)
+    out = F.softplus(opre)  # (2, N, C, G)
 
     def vjp(g_ve: Tensor, g_ho: Tensor):
-        d_opre, g_w2, g_b2 = _heads_backward(opre, out, hidden, fc2_weight,
-                                             g_ve, g_ho)
+        k_ho_passes = out[1] >= K_HO_MIN  # no gradient below the floor
+        d_opre = torch.stack(
+            (g_ve.reshape(n, c, -1).to(opre.dtype),
+             g_ho.reshape(n, c, -1).to(opre.dtype) * k_ho_passes))
+        d_opre.mul_(torch.sigmoid(opre))  # softplus' = sigmoid
+        g_w2 = torch.matmul(d_opre, hidden.transpose(-1, -2)).sum(1)
         d_hidden = torch.matmul(fc2_weight.transpose(-1, -2)[:, None], d_opre)
-        d_hidden.mul_(hidden > 0)  # (2, N, h, G)
-        g_w1 = torch.matmul(d_hidden, flat.transpose(-1, -2)).sum(1)
-        g_ind = torch.matmul(fc1_weight.transpose(-1, -2)[:, None],
-                             d_hidden).sum(0)
-        return (g_ind.view_as(ind), g_w1, d_hidden.sum((1, 3)), g_w2, g_b2)
+        if not per_head:
+            d_hidden = d_hidden.sum(0)
+        d_hidden.mul_(hidden > 0)
+        g_w1 = torch.matmul(d_hidden, flat.transpose(-1, -2)).sum(-3)
+        g_ind = torch.matmul(w1.transpose(-1, -2), d_hidden)
+        if per_head:
+            g_ind = g_ind.sum(0)
+        return (g_ind.view_as(ind), g_w1, d_hidden.sum(
+            (-3, -1)), g_w2.reshape(fc2_weight.shape), d_opre.sum((1, 3)))
 
-    return out[0], out[1].clamp_min(K_HO_MIN), vjp
-
-
-def _shared_mlp_scales_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
-                           fc2_weight: Tensor, fc2_bias: Tensor):
-    """:func:`fles_shared_mlp_scales` and its vector-Jacobian product,
-    written out."""
-    n, c, gh, gw = ind.shape
-    flat = ind.reshape(n, c, gh * gw)
-    hidden = torch.matmul(fc1_weight, flat)
-    hidden = F.relu(hidden.add_(fc1_bias[None, :, None]))  # (N, h, G)
-    opre = torch.matmul(fc2_weight[:, None], hidden)
-    opre.add_(fc2_bias[:, None, :, None])  # (2, N, C, G)
-    out = F.softplus(opre).reshape(2, n, c, gh, gw)
-
-    def vjp(g_ve: Tensor, g_ho: Tensor):
-        d_opre, g_w2, g_b2 = _heads_backward(opre, out, hidden, fc2_weight,
-                                             g_ve, g_ho)
-        d_hidden = torch.matmul(fc2_weight.transpose(-1, -2)[:, None],
-                                d_opre).sum(0)
-        d_hidden.mul_(hidden > 0)  # (N, h, G)
-        g_w1 = torch.matmul(d_hidden, flat.transpose(-1, -2)).sum(0)
-        g_ind = torch.matmul(fc1_weight.t(), d_hidden)
-        return (g_ind.view_as(ind), g_w1, d_hidden.sum((0, 2)), g_w2, g_b2)
-
-    return out[0], out[1].clamp_min(K_HO_MIN), vjp
+    k_ve, k_ho = out.reshape(2, n, c, gh, gw)
+    return k_ve, k_ho.clamp_min(K_HO_MIN), vjp
 
 
-_WRITTEN_VJPS = {
-    fles_mlp_scales: _mlp_scales_vjp,
-    fles_shared_mlp_scales: _shared_mlp_scales_vjp,
-}
+_WRITTEN_VJPS = {fles_mlp_scales: _mlp_vjp, fles_shared_mlp_scales: _mlp_vjp}
 
 
 def scales_vjp(scale_fn: ScaleFn, ind: Tensor,
