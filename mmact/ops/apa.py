@@ -397,16 +397,31 @@ def _eta_apply(name: str, ctx, x: Tensor, kappa: Tensor, lam: Tensor,
                                           channel_dim)
 
 
+def _refuse_second_derivative(name: str, grads: Sequence[Optional[Tensor]]):
+    """Gradients (computed without a graph) that raise when differentiated,
+    as the C++ operators' do, instead of constants that would drop a second
+    derivative silently (``create_graph=True``)."""
+    error = torch._C._functions.DelayedError(
+        f'mmact.ops.{name} cannot be differentiated twice (its backward is '
+        'written out, not recorded by autograd)', len(grads))
+    return error(
+        *[None if g is None else g.detach().requires_grad_() for g in grads])
+
+
 def _eta_backward(name: str, ctx, grad_out: Tensor):
     x, kappa, lam = ctx.saved_tensors
     needs = needs_input_grad(ctx, 3)
-    if ctx.lambda_min is None:
+    if ctx.lambda_min is None:  # traced: the compiler differentiates
         grads = _torch_grads(name, x, grad_out, kappa, lam, ctx.channel_dim,
                              needs)
-    else:
+        return (*grads, None, None, None)
+    create_graph = torch.is_grad_enabled()
+    with torch.no_grad():
         grads = _IMPLEMENTATIONS[ctx.impl].grads(name, x, grad_out, kappa, lam,
                                                  ctx.lambda_min,
                                                  ctx.channel_dim, needs)
+    if create_graph:
+        grads = _refuse_second_derivative(name, grads)
     return (*grads, None, None, None)
 
 
