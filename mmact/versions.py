@@ -14,14 +14,15 @@ import re
 from typing import Dict, Tuple
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 __all__ = [
     'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
     'VERSIONED_APIS', 'parse_version', 'check_torch', 'is_tracing',
-    'triton_version', 'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
-    'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
-    'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
+    'forward_ad_active', 'triton_version', 'triton_interpreter_available',
+    'CPU_AUTOCAST_FLOAT16', 'WEIGHTS_ONLY_BY_DEFAULT',
+    'allow_in_weights_only_load', 'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
 ]
 
 #: Oldest torch mmact runs on; ``import mmact`` refuses anything older.
@@ -102,6 +103,15 @@ def is_tracing() -> bool:
     """
     return (_is_compiling() or torch.jit.is_tracing()
             or _get_current_dispatch_mode() is not None)
+
+
+def forward_ad_active() -> bool:
+    """Whether a forward-mode AD level is open (``forward_ad.dual_level``,
+    ``torch.func.jvp``), in which inputs may carry tangents that only
+    differentiable standard ops propagate (read from the level counter
+    ``torch.autograd.forward_ad`` keeps, the same on every supported
+    torch: cheaper than asking each tensor)."""
+    return _forward_ad._current_level >= 0
 
 
 # pytorch/pytorch#123700 (torch 2.4): dynamo reads ctx.needs_input_grad.

@@ -49,11 +49,13 @@ implementation takes the raw parameters and clamps / expands them itself:
   off): torch ops with in-place temporaries;
 - ``'traced'``: ``torch.compile`` / ``torch.jit`` / dispatch modes: the
   torch ops, with the clamp outside the Function (inductor fuses them);
-- ``'export'``: ``torch.onnx.export``: a composite of standard ops
-  (Softplus, Exp, Log, Mul). Use the TorchScript exporter (the keyword that
-  selects it on each torch: :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`);
-  the dynamo exporter, the default in torch 2.14, additionally needs
-  ``onnxscript``.
+- ``'composite'``: ``torch.onnx.export`` and forward-mode AD
+  (``torch.autograd.forward_ad``, ``torch.func.jvp``): a composite of
+  standard ops (Softplus, Exp, Log, Mul), which exporters translate and
+  which carry tangents. Export with the TorchScript exporter (the keyword
+  that selects it on each torch:
+  :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`); the dynamo exporter, the
+  default in torch 2.14, additionally needs ``onnxscript``.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -61,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..versions import is_tracing, needs_input_grad
+from ..versions import forward_ad_active, is_tracing, needs_input_grad
 from . import backends
 from .apa_cpu_kernel import get_kernel, get_ops
 
@@ -351,12 +353,13 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     this is decided (the backends in force come from
     :mod:`mmact.ops.backends`, decided once):
 
-    ==========================================  ==========
+    ==========================================  =============
     call                                        runs
-    ==========================================  ==========
-    inside ``torch.onnx.export``                ``export``
+    ==========================================  =============
+    inside ``torch.onnx.export``                ``composite``
     traced (``torch.compile``, ``torch.jit``,   ``traced``
     fake tensors, dispatch modes)
+    a forward-mode AD level is open             ``composite``
     a tensor the Triton settings cover (CUDA    ``triton``
     float32 / float16 / bfloat16; CPU with
     ``triton='all'``)
@@ -366,14 +369,16 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     the same, operators not built (no C++       ``c``
     compiler or ninja), ctypes library built
     anything else                               ``torch``
-    ==========================================  ==========
+    ==========================================  =============
 
     ``op`` is :func:`~mmact.ops.apa_cpu_kernel.get_ops`' operator, which
     records its own (C++) autograd node; ``c`` calls the same kernels
     through ctypes from :class:`_APAFunction` / :class:`_AGLUFunction`.
     """
     if is_tracing():  # first: tracers reject reading x.layout
-        return 'export' if torch.onnx.is_in_onnx_export() else 'traced'
+        return 'composite' if torch.onnx.is_in_onnx_export() else 'traced'
+    if forward_ad_active():  # the kernels' backward carries no tangents
+        return 'composite'
     if backends.takes_triton(x):
         return 'triton'
     if (x.is_cpu and x.dtype in _C_DTYPES and kappa.dtype is _F32
@@ -459,9 +464,10 @@ class _AGLUFunction(torch.autograd.Function):
         return _eta_backward('aglu', ctx, grad_out)
 
 
-def _export(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
-            lambda_min: float, channel_dim: int) -> Tensor:
-    """Standard ops only, so that any exporter can translate them."""
+def _composite(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+               lambda_min: float, channel_dim: int) -> Tensor:
+    """Standard ops only: exporters translate them, forward-mode AD
+    differentiates them."""
     kappa, lam = _kernel_params(kappa, lam, lambda_min)
     z = x.to(_compute_dtype(x))
     k = kappa.to(z.dtype).reshape(
@@ -481,8 +487,8 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     impl = _implementation(x, kappa, lam)
     if impl == 'op':
         return get_ops()[op](x, kappa, lam, lambda_min, channel_dim)
-    if impl == 'export':
-        return _export(op, x, kappa, lam, lambda_min, channel_dim)
+    if impl == 'composite':
+        return _composite(op, x, kappa, lam, lambda_min, channel_dim)
     if not (torch.is_grad_enabled() and
             (x.requires_grad or kappa.requires_grad or lam.requires_grad)):
         # Nothing to differentiate (eval, no_grad): no autograd node.

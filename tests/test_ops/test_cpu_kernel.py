@@ -159,6 +159,31 @@ def test_operator_node_keeps_autograd_rules(name):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
+def test_forward_mode_ad_carries_tangents(name, path):
+    """Under forward-mode AD the ops run standard ops, whose tangents (of
+    the input and the parameters) match central differences in float64;
+    the operators called directly refuse tangents rather than drop them."""
+    import torch.autograd.forward_ad as fwAD
+    x, k, lam, _ = _inputs((2, 8, 4, 4), 8)
+    tangents = [torch.randn_like(t) for t in (x, k, lam)]
+    with fwAD.dual_level():
+        duals = [fwAD.make_dual(p, t) for p, t in zip((x, k, lam), tangents)]
+        y = fwAD.unpack_dual(OPS[name](*duals))
+        if path == 'op':
+            with pytest.raises(RuntimeError, match='no forward-mode'):
+                get_ops()[name](duals[0], k, lam, 1e-4, 1)
+    # central differences of the float64 op along the tangents
+    h = 1e-6
+    f = [
+        OPS[name](*(p.double() + s * h * t.double()
+                    for p, t in zip((x, k, lam), tangents))) for s in (1, -1)
+    ]
+    torch.testing.assert_close(y.primal, OPS[name](x, k, lam))
+    torch.testing.assert_close(
+        y.tangent, ((f[0] - f[1]) / (2 * h)).float(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('name', ['apa', 'aglu'])
 def test_operator_entry_errors_name_the_arguments(name):
     """The operators' Python entries refuse other arguments, and the
     operators other devices, with errors that say what they take."""

@@ -217,6 +217,12 @@ template <const Entries& E>
 at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
                     const at::Tensor& lambda, double lambda_min,
                     int64_t channel_dim) {
+  // What a Function without a jvp does: refuse rather than drop tangents.
+  TORCH_CHECK(!torch::autograd::isFwGradDefined(x) &&
+                  !torch::autograd::isFwGradDefined(kappa) &&
+                  !torch::autograd::isFwGradDefined(lambda),
+              "mmact::", E.name, " has no forward-mode derivative (jvp); ",
+              "use reverse mode (backward, torch.autograd.grad)");
   const bool record =
       at::GradMode::is_enabled() &&
       (x.requires_grad() || kappa.requires_grad() || lambda.requires_grad());
