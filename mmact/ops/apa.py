@@ -66,6 +66,7 @@ from torch import Tensor
 from ..versions import forward_ad_active, is_tracing, needs_input_grad
 from . import backends
 from .apa_cpu_kernel import get_kernel, get_ops
+from .second_derivative import refuse_second_derivative
 
 __all__ = [
     'apa', 'aglu', 'apa_reference', 'aglu_reference', 'clamp_lambda',
@@ -402,17 +403,6 @@ def _eta_apply(name: str, ctx, x: Tensor, kappa: Tensor, lam: Tensor,
                                           channel_dim)
 
 
-def _refuse_second_derivative(name: str, grads: Sequence[Optional[Tensor]]):
-    """Gradients (computed without a graph) that raise when differentiated,
-    as the C++ operators' do, instead of constants that would drop a second
-    derivative silently (``create_graph=True``)."""
-    error = torch._C._functions.DelayedError(
-        f'mmact.ops.{name} cannot be differentiated twice (its backward is '
-        'written out, not recorded by autograd)', len(grads))
-    return error(
-        *[None if g is None else g.detach().requires_grad_() for g in grads])
-
-
 def _eta_backward(name: str, ctx, grad_out: Tensor):
     x, kappa, lam = ctx.saved_tensors
     needs = needs_input_grad(ctx, 3)
@@ -426,7 +416,7 @@ def _eta_backward(name: str, ctx, grad_out: Tensor):
                                                  ctx.lambda_min,
                                                  ctx.channel_dim, needs)
     if create_graph:
-        grads = _refuse_second_derivative(name, grads)
+        grads = refuse_second_derivative(f'mmact.ops.{name}', grads)
     return (*grads, None, None, None)
 
 

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from mmact.models.activations.base import (LearnableActivation,
                                            recorded_backward)
+from mmact.ops.second_derivative import refuse_second_derivative
 
 __all__ = [
     'RecomputeAct', 'bn_with_affine', 'recompute_act', 'norm_act',
@@ -58,8 +59,8 @@ def default_recompute(act: nn.Module) -> bool:
     Args:
         act (nn.Module): An activation built from the backbone's config.
     """
-    return isinstance(act, LearnableActivation) or not getattr(
-        act, 'inplace', False)
+    return isinstance(
+        act, LearnableActivation) or not getattr(act, 'inplace', False)
 
 
 # (src, scale, shift, other, other_scale) of rebuild_input.
@@ -88,13 +89,18 @@ class RecomputeAct(torch.autograd.Function):
         saved = ctx.saved_tensors
         sources, params = saved[:_NUM_SOURCES], saved[_NUM_SOURCES:]
         act = ctx.act
-        if isinstance(act, LearnableActivation):
-            grad_z, param_grads = act.backward_from_sources(
-                grad, params, sources)
-        else:
-            grad_z, param_grads = recorded_backward(act, grad, params,
-                                                    sources)
-        return (grad_z, None, *([None] * _NUM_SOURCES), *param_grads)
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad():
+            if isinstance(act, LearnableActivation):
+                grad_z, param_grads = act.backward_from_sources(
+                    grad, params, sources)
+            else:
+                grad_z, param_grads = recorded_backward(
+                    act, grad, params, sources)
+        grads = (grad_z, *param_grads)
+        if create_graph:  # the rebuilt backward records no graph
+            grads = refuse_second_derivative('the memory-lean backward', grads)
+        return (grads[0], None, *([None] * _NUM_SOURCES), *grads[1:])
 
 
 def recompute_act(act: nn.Module,

@@ -135,8 +135,8 @@ def test_float32_kernel_path_rebuilds_inside_backward(monkeypatch):
     plain(x)[0].square().mean().backward()
     # count the kernels' calls through ctypes (the torch operators that
     # serve the per-call path otherwise are one C++ call each)
-    monkeypatch.setattr(importlib.import_module('mmact.ops.apa'), 'get_ops',
-                        lambda: None)
+    monkeypatch.setattr(
+        importlib.import_module('mmact.ops.apa'), 'get_ops', lambda: None)
     kernel = get_kernel()
     calls = []
 
@@ -191,3 +191,28 @@ def test_backward_asks_the_activation_protocol():
     assert act.calls == 1
     assert torch.allclose(src.grad, 2.0 * scale.expand_as(src))
     assert torch.allclose(act.scale.grad, z.detach().sum())
+
+
+def test_second_derivative_raises():
+    """The rebuilt backward records no graph: under create_graph the first
+    derivatives are the plain path's and a second derivative raises (in a
+    backbone, and through recompute_act alone)."""
+    from mmact.models.backbones.recompute import recompute_act
+    plain, fast = _pair(18)
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64, requires_grad=True)
+    want = torch.autograd.grad(plain(x)[-1].sum(), x)[0]
+    got = torch.autograd.grad(fast(x)[-1].sum(), x, create_graph=True)[0]
+    torch.testing.assert_close(got, want)
+    with pytest.raises(RuntimeError, match='differentiated? twice'):
+        got.square().sum().backward()
+
+    act = AGLU().double()
+    src = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    scale = torch.rand(1, 3, 1, dtype=torch.float64)
+    y = recompute_act(act, src * scale, src.detach(), scale)
+    grad = torch.autograd.grad(y.sum(), src, create_graph=True)[0]
+    with pytest.raises(
+            RuntimeError,
+            match='the memory-lean backward cannot '
+            'be differentiated twice'):
+        grad.square().sum().backward()
