@@ -26,75 +26,18 @@ ScaleFn = Callable[..., Tuple[Tensor, Tensor]]
 Vjp = Callable[[Tensor, Tensor], Tuple[Optional[Tensor], ...]]
 
 
-def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
-                    fc2_weight: Tensor,
-                    fc2_bias: Tensor) -> Tuple[Tensor, Tensor]:
-    """``(k_ve, k_ho)`` from two MLPs scanned over the window grid.
-
-    Each MLP is ``Linear(C, h) -> ReLU -> Linear(h, C)`` followed by softplus,
-    applied at every window (a 1x1 convolution on the grid).
-
-    Args:
-        ind: ``(N, C, nh, nw)`` indicators.
-        fc1_weight: ``(2, h, C)``; fc1_bias: ``(2, h)``;
-        fc2_weight: ``(2, C, h)``; fc2_bias: ``(2, C)``. Index 0 is the
-            vertical (k_ve) MLP, index 1 the horizontal (k_ho) MLP.
-
-    Returns:
-        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
-        at :data:`K_HO_MIN`).
-    """
-    n, c, gh, gw = ind.shape
-    flat = ind.reshape(n, c, gh * gw)
-    # matmul rather than einsum: one op each (einsum's Python wrapper costs
-    # more than the product on small grids)
-    hidden = torch.matmul(fc1_weight[:, None], flat)  # (2, N, h, G)
-    hidden = F.relu(hidden + fc1_bias[:, None, :, None])
-    out = torch.matmul(fc2_weight[:, None], hidden)  # (2, N, C, G)
-    out = F.softplus(out + fc2_bias[:, None, :, None])
-    out = out.reshape(2, n, c, gh, gw)
-    return out[0], out[1].clamp_min(K_HO_MIN)
-
-
-def fles_shared_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
-                           fc2_weight: Tensor,
-                           fc2_bias: Tensor) -> Tuple[Tensor, Tensor]:
-    """``(k_ve, k_ho)`` from one shared trunk and two heads, per window.
-
-    ``Linear(C, h) -> ReLU`` is shared; two heads ``Linear(h, C)`` followed by
-    softplus give ``k_ve`` and ``k_ho``. About ``3 C h`` weights instead of
-    the ``4 C h`` of :func:`fles_mlp_scales`.
-
-    Args:
-        ind: ``(N, C, nh, nw)`` indicators.
-        fc1_weight: ``(h, C)``; fc1_bias: ``(h,)``;
-        fc2_weight: ``(2, C, h)``; fc2_bias: ``(2, C)``. Head 0 gives
-            k_ve, head 1 k_ho.
-
-    Returns:
-        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
-        at :data:`K_HO_MIN`).
-    """
-    n, c, gh, gw = ind.shape
-    flat = ind.reshape(n, c, gh * gw)
-    hidden = torch.matmul(fc1_weight, flat)  # (N, h, G), as above
-    hidden = F.relu(hidden + fc1_bias[None, :, None])
-    out = torch.matmul(fc2_weight[:, None], hidden)  # (2, N, C, G)
-    out = F.softplus(out + fc2_bias[:, None, :, None])
-    out = out.reshape(2, n, c, gh, gw)
-    return out[0], out[1].clamp_min(K_HO_MIN)
-
-
 def _mlp_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
              fc2_weight: Tensor, fc2_bias: Tensor):
     """:func:`fles_mlp_scales` (``fc1`` per head, ``(2, h, C)``) or
     :func:`fles_shared_mlp_scales` (``fc1`` shared, ``(h, C)``) and its
     vector-Jacobian product, written out (a re-run under autograd costs more
-    than the MLP on small grids)."""
+    than the MLP on small grids): the one place the MLP math is."""
     n, c, gh, gw = ind.shape
     flat = ind.reshape(n, c, gh * gw)
     per_head = fc1_weight.dim() == 3
     w1 = fc1_weight.unsqueeze(-3)  # (2, 1, h, C) or (1, h, C)
+    # matmul rather than einsum: one op each (einsum's Python wrapper costs
+    # more than the product on small grids)
     hidden = torch.matmul(w1, flat).add_(fc1_bias[..., None, :, None])
     hidden = F.relu(hidden)  # (2, N, h, G) or (N, h, G)
     opre = torch.matmul(fc2_weight[:, None], hidden)
@@ -121,6 +64,51 @@ def _mlp_vjp(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
 
     k_ve, k_ho = out.reshape(2, n, c, gh, gw)
     return k_ve, k_ho.clamp_min(K_HO_MIN), vjp
+
+
+def fles_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+                    fc2_weight: Tensor,
+                    fc2_bias: Tensor) -> Tuple[Tensor, Tensor]:
+    """``(k_ve, k_ho)`` from two MLPs scanned over the window grid.
+
+    Each MLP is ``Linear(C, h) -> ReLU -> Linear(h, C)`` followed by softplus,
+    applied at every window (a 1x1 convolution on the grid).
+
+    Args:
+        ind: ``(N, C, nh, nw)`` indicators.
+        fc1_weight: ``(2, h, C)``; fc1_bias: ``(2, h)``;
+        fc2_weight: ``(2, C, h)``; fc2_bias: ``(2, C)``. Index 0 is the
+            vertical (k_ve) MLP, index 1 the horizontal (k_ho) MLP.
+
+    Returns:
+        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
+        at :data:`K_HO_MIN`).
+    """
+    k_ve, k_ho, _ = _mlp_vjp(ind, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
+    return k_ve, k_ho
+
+
+def fles_shared_mlp_scales(ind: Tensor, fc1_weight: Tensor, fc1_bias: Tensor,
+                           fc2_weight: Tensor,
+                           fc2_bias: Tensor) -> Tuple[Tensor, Tensor]:
+    """``(k_ve, k_ho)`` from one shared trunk and two heads, per window.
+
+    ``Linear(C, h) -> ReLU`` is shared; two heads ``Linear(h, C)`` followed by
+    softplus give ``k_ve`` and ``k_ho``. About ``3 C h`` weights instead of
+    the ``4 C h`` of :func:`fles_mlp_scales`.
+
+    Args:
+        ind: ``(N, C, nh, nw)`` indicators.
+        fc1_weight: ``(h, C)``; fc1_bias: ``(h,)``;
+        fc2_weight: ``(2, C, h)``; fc2_bias: ``(2, C)``. Head 0 gives
+            k_ve, head 1 k_ho.
+
+    Returns:
+        Two ``(N, C, nh, nw)`` tensors, both positive (``k_ho`` is floored
+        at :data:`K_HO_MIN`).
+    """
+    k_ve, k_ho, _ = _mlp_vjp(ind, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
+    return k_ve, k_ho
 
 
 _WRITTEN_VJPS = {fles_mlp_scales: _mlp_vjp, fles_shared_mlp_scales: _mlp_vjp}
