@@ -20,9 +20,10 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 __all__ = [
     'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
     'VERSIONED_APIS', 'parse_version', 'check_torch', 'is_tracing',
-    'forward_ad_active', 'triton_version', 'triton_interpreter_available',
-    'CPU_AUTOCAST_FLOAT16', 'WEIGHTS_ONLY_BY_DEFAULT',
-    'allow_in_weights_only_load', 'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
+    'forward_ad_active', 'autocast_may_apply', 'triton_version',
+    'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
+    'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
+    'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
 ]
 
 #: Oldest torch mmact runs on; ``import mmact`` refuses anything older.
@@ -112,6 +113,32 @@ def forward_ad_active() -> bool:
     ``torch.autograd.forward_ad`` keeps, the same on every supported
     torch: cheaper than asking each tensor)."""
     return _forward_ad._current_level >= 0
+
+
+if TORCH_VERSION >= (2, 4):
+    _AUTOCAST_ENABLED = {
+        'cpu': lambda: torch.is_autocast_enabled('cpu'),
+        'cuda': lambda: torch.is_autocast_enabled('cuda')
+    }
+else:
+    _AUTOCAST_ENABLED = {
+        'cpu': torch.is_autocast_cpu_enabled,
+        'cuda': torch.is_autocast_enabled
+    }
+
+
+def autocast_may_apply(device_type: str) -> bool:
+    """Whether ops on ``device_type`` may run under autocast: False only
+    where autocast is known to be off (cpu and cuda, outside tracing), so
+    that a layer that must leave it can skip entering
+    ``torch.autocast(enabled=False)`` (several us per call) otherwise.
+
+    Args:
+        device_type: a ``torch.device`` type (``'cpu'``, ``'cuda'``, ...);
+            other types than cpu and cuda always give True.
+    """
+    enabled = _AUTOCAST_ENABLED.get(device_type)
+    return enabled is None or is_tracing() or enabled()
 
 
 # pytorch/pytorch#123700 (torch 2.4): dynamo reads ctx.needs_input_grad.

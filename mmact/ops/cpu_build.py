@@ -30,9 +30,11 @@ about a second) and loaded with :mod:`ctypes`.
 * **Torch operators.** ``apa_op.cpp`` compiles ``apa.c`` into torch
   operators with a C++ autograd node (``torch.ops.mmact.apa`` / ``aglu``:
   no Python ``autograd.Function`` or ctypes per call) and a Python module
-  with a native-cost entry for each, built by :func:`build_operators`
-  through :func:`torch.utils.cpp_extension.load` (20-26 s) into the same
-  cache, under a key that adds the torch version.
+  with a native-cost entry for each; ``fles_op.cpp`` does the same for
+  FleS on tiles or a global window (``torch.ops.mmact.fles``, ``fles.c``
+  and the scale MLP). Each is built by :func:`build_operators` through
+  :func:`torch.utils.cpp_extension.load` (20-30 s) into the same cache,
+  under a key that adds the torch version.
 
 Nothing here is required: without a compiler, on other platforms than
 Linux, or with the C kernels switched off (``MMACT_DISABLE_CPU_KERNEL=1``,

@@ -113,6 +113,10 @@ def test_sources_inline_their_headers_once():
     operators = read_source('apa_op.cpp')
     assert operators.count('#define MMACT_APA_H') == 1
     assert 'aglu_backward_rebuilt' in operators
+    assert operators.count('#define MMACT_OP_NODE_H') == 1
+    fles_operator = read_source('fles_op.cpp')
+    assert fles_operator.count('#define MMACT_FLES_H') == 1
+    assert fles_operator.count('#define MMACT_OP_NODE_H') == 1
 
 
 @needs_cc
@@ -132,7 +136,7 @@ def test_sources_are_package_data(tmp_path):
     wheel, = tmp_path.glob('mmact-*.whl')
     names = set(zipfile.ZipFile(wheel).namelist())
     for file in ('apa.c', 'apa.h', 'apa_op.cpp', 'fles.c', 'fles.h',
-                 'prelude.h'):
+                 'fles_op.cpp', 'op_node.h', 'prelude.h'):
         assert f'mmact/ops/csrc/{file}' in names
 
 

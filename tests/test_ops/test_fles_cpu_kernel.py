@@ -1,4 +1,5 @@
-"""The fused float32 C kernel of FleS against the float64 composite."""
+"""The fused float32 C kernel of FleS against the float64 composite, as the
+torch operator ``mmact::fles`` (``op``) and through ctypes (``c``)."""
 import importlib
 
 import pytest
@@ -6,8 +7,10 @@ import torch
 
 from mmact.ops import backends
 from mmact.ops.cpu_build import supported_isas
-from mmact.ops.fles import fles_fused, fles_reference, window_geometry
-from mmact.ops.fles.cpu_kernel import build_fles_kernel, get_fles_kernel
+from mmact.ops.fles import (fles_fused, fles_mlp_scales, fles_reference,
+                            fles_shared_mlp_scales, window_geometry)
+from mmact.ops.fles.cpu_kernel import (build_fles_kernel, get_fles_kernel,
+                                       get_fles_operator)
 
 fused_mod = importlib.import_module('mmact.ops.fles.fused')
 
@@ -21,42 +24,76 @@ GEOMS = [
     (7, 9, None),
 ]
 
+LAYOUTS = {'per_head': fles_mlp_scales, 'shared': fles_shared_mlp_scales}
 
-def _params(c, hidden, seed):
+
+@pytest.fixture(params=['op', 'c'])
+def path(request, monkeypatch):
+    """Run a test through the torch operator and through ctypes."""
+    if request.param == 'op' and get_fles_operator() is None:
+        pytest.skip('no C++ compiler or ninja: the operator is not built')
+    if request.param == 'c':
+        monkeypatch.setattr(fused_mod, 'get_fles_operator', lambda: None)
+    return request.param
+
+
+def _params(c, hidden, seed, layout='per_head'):
     g = torch.Generator().manual_seed(seed)
+    trunk = (2, hidden) if layout == 'per_head' else (hidden, )
     return [
-        torch.randn(2, hidden, c, generator=g) * 0.5,
-        torch.randn(2, hidden, generator=g) * 0.5,
+        torch.randn(*trunk, c, generator=g) * 0.5,
+        torch.randn(*trunk, generator=g) * 0.5,
         torch.randn(2, c, hidden, generator=g) * 0.5,
         torch.randn(2, c, generator=g) * 0.5,
     ]
 
 
-def _grads(x, params, geom, gate, mode, go, fn):
+def _grads(x, params, geom, gate, mode, go, fn, layout='per_head'):
     x = x.detach().clone().requires_grad_()
     params = [p.detach().clone().requires_grad_() for p in params]
-    y = fn(x, geom, params, gate=gate, mode=mode)
+    y = fn(x, geom, params, gate=gate, mode=mode, scale_fn=LAYOUTS[layout])
     grads = torch.autograd.grad(y, [x] + params, go.to(y.dtype))
     return [y.detach()] + list(grads)
 
 
-def _check(kernel, monkeypatch, h, w, window, gate, mode, seed=0):
+def _spy(monkeypatch, path, kernel):
+    """Records the calls of the implementation ``path`` names."""
+    calls = []
+    if path == 'op':
+        real = get_fles_operator()
+        monkeypatch.setattr(fused_mod, 'get_fles_operator',
+                            lambda: lambda *a: calls.append(1) or real(*a))
+    else:
+        monkeypatch.setattr(fused_mod, 'get_fles_operator', lambda: None)
+        real = kernel.apply
+        monkeypatch.setattr(kernel, 'apply',
+                            lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+def _check(kernel,
+           monkeypatch,
+           h,
+           w,
+           window,
+           gate,
+           mode,
+           seed=0,
+           path='c',
+           layout='per_head'):
     monkeypatch.setattr(fused_mod, 'get_fles_kernel', lambda: kernel)
     g = torch.Generator().manual_seed(seed)
     c = 6
     x = torch.randn(3, c, h, w, generator=g) * 2
     x[0, 0, 0, :4] = torch.tensor([0.0, -100.0, 100.0, -0.0])
     go = torch.randn(3, c, h, w, generator=g)
-    params = _params(c, 3, seed)
+    params = _params(c, 3, seed, layout)
     geom = window_geometry(h, w, window)
-    calls = []
-    real = kernel.apply
-    monkeypatch.setattr(kernel, 'apply',
-                        lambda *a: calls.append(1) or real(*a))
-    got = _grads(x, params, geom, gate, mode, go, fles_fused)
-    assert calls, 'the C kernel was not used'
+    calls = _spy(monkeypatch, path, kernel)
+    got = _grads(x, params, geom, gate, mode, go, fles_fused, layout)
+    assert calls, f'the {path} implementation was not used'
     want = _grads(x.double(), [p.double() for p in params], geom, gate, mode,
-                  go.double(), fles_reference)
+                  go.double(), fles_reference, layout)
     names = ['out', 'grad_x', 'fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
     for a, b, name in zip(got, want, names):
         assert a.dtype == torch.float32
@@ -70,8 +107,19 @@ def _check(kernel, monkeypatch, h, w, window, gate, mode, seed=0):
 @pytest.mark.parametrize('gate',
                          ['sigmoid', 'tanh_gate', 'erf', 'tanh_softplus'])
 @pytest.mark.parametrize('mode', ['positive', 'mean'])
-def test_kernel_matches_float64(h, w, window, gate, mode, monkeypatch):
-    _check(get_fles_kernel(), monkeypatch, h, w, window, gate, mode)
+@pytest.mark.parametrize('layout', ['per_head', 'shared'])
+def test_kernel_matches_float64(h, w, window, gate, mode, layout, path,
+                                monkeypatch):
+    _check(
+        get_fles_kernel(),
+        monkeypatch,
+        h,
+        w,
+        window,
+        gate,
+        mode,
+        path=path,
+        layout=layout)
 
 
 @pytest.mark.parametrize('isa', ['avx512', 'avx2', 'portable'])
@@ -121,18 +169,31 @@ def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
         torch.testing.assert_close(a, b.float(), rtol=1e-4, atol=1e-5)
 
 
-def test_dispatch():
+def test_dispatch(path):
     x = torch.randn(2, 3, 8, 8)
     tiles = window_geometry(8, 8, (3, 3))
+    params = _params(3, 2, 0)
 
-    def plan(x, geom, gate='sigmoid', mode='positive'):
-        return fused_mod._implementation(x, geom, gate, mode)
+    def plan(x,
+             geom,
+             gate='sigmoid',
+             mode='positive',
+             scale_fn=None,
+             params=params):
+        return fused_mod._implementation(x, geom, gate, mode, scale_fn
+                                         or fles_mlp_scales, params)
 
     def parts(p):
         return p.name, p.c_stats, p.c_gate
 
-    assert parts(plan(x, tiles)) == ('c', True, True)
-    assert plan(x, window_geometry(8, 8)).name == 'c'
+    whole = 'operator' if path == 'op' else 'c'
+    assert plan(x, tiles).name == whole
+    assert plan(x, window_geometry(8, 8)).name == whole
+    assert plan(x, tiles, scale_fn=fles_shared_mlp_scales).name == whole
+    # what the operator lacks: the pixel passes in C, the rest in torch
+    assert parts(plan(x, tiles, scale_fn=lambda *a: a)) == ('c', True, True)
+    assert parts(plan(x, tiles, params=[p.double()
+                                        for p in params])) == ('c', True, True)
     assert parts(plan(x, tiles, 'sigmoid', 'softplus')) == ('c', False, True)
     assert plan(x, window_geometry(8, 8, (3, 3), (2, 2))).name == 'torch'
     assert plan(x.double(), tiles).name == 'torch'

@@ -14,7 +14,7 @@ from mmengine.logging import HistoryBuffer
 import mmact  # noqa: F401  (allow-lists mmengine's checkpoint classes)
 from mmact.testing.tiny_runner import tiny_runner
 from mmact.utils import compat
-from mmact.versions import WEIGHTS_ONLY_BY_DEFAULT
+from mmact.versions import WEIGHTS_ONLY_BY_DEFAULT, autocast_may_apply
 
 
 def test_lvis_eval_sees_aliases_but_numpy_does_not():
@@ -131,3 +131,13 @@ def test_check_mmcv_on_ops_really_built_for_another_torch(tmp_path):
         f'the installed torch {torch.__version__}' in out.stdout, out.stdout
     assert 'built against another torch' in out.stdout
     assert 'MMCV_WITH_OPS=1 pip install' in out.stdout
+
+
+def test_autocast_may_apply():
+    """False only where autocast is known to be off (what lets FleS skip
+    entering ``torch.autocast(enabled=False)``)."""
+    assert not autocast_may_apply('cpu')
+    assert not autocast_may_apply('cuda')
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert autocast_may_apply('cpu')
+    assert autocast_may_apply('xpu')  # unknown here: assume it may

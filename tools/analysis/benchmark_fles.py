@@ -43,7 +43,7 @@ STAGES = {
     'fles.stats': 'window statistics (fwd)',
     'fles.mlp': 'scale MLP (fwd)',
     'fles.apply': 'gate + window expansion (fwd)',
-    'fles.bwd.mlp': 'scale MLP (bwd, re-run + autograd)',
+    'fles.bwd.mlp': 'scale MLP (bwd)',
     'fles.bwd.gate': 'gate bwd + window reductions',
     'fles.bwd.indicator': 'indicator bwd (expansion)',
 }

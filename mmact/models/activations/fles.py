@@ -29,6 +29,7 @@ module with no dry run needed.
 """
 import math
 import warnings
+from contextlib import nullcontext
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -44,6 +45,7 @@ from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
                             fles_proto_scales, fles_reference, fles_scales,
                             fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
+from mmact.versions import autocast_may_apply
 
 from .base import LearnableActivation
 
@@ -276,7 +278,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         """Channel count, or None while lazy and not yet materialised."""
         # one parameter's type, not has_uninitialized_params(): asked on
         # every call, and dynamo cannot trace torch.nn.parameter.is_lazy
-        if self.proto or isinstance(self.fc2_bias, UninitializedParameter):
+        # (nor is isinstance, through Parameter's metaclass, cheap)
+        if self.proto or type(self.fc2_bias) is UninitializedParameter:
             return None
         return self.fc2_bias.shape[-1]
 
@@ -339,7 +342,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             hw_shape: Optional[Sequence[int]] = None) -> Tuple[Tensor, str]:
         """Checked ``(N, C, H, W)`` view of an input, and its layout."""
         layout, channels = self._layout(x)
-        if self.channels is not None and channels != self.channels:
+        expected = self.channels
+        if expected is not None and channels != expected:
             raise ValueError(
                 f'FleS was built for {self.channels} channels but the input '
                 f'of shape {tuple(x.shape)} ({layout}) has {channels}')
@@ -390,7 +394,9 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         xc, layout = self._channels_first(x, hw_shape)
         in_dtype = x.dtype
         low_precision = in_dtype in (torch.float16, torch.bfloat16)
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        device_type = x.device.type
+        with (torch.autocast(device_type=device_type, enabled=False)
+              if autocast_may_apply(device_type) else nullcontext()):
             if low_precision:
                 xc = xc.float()
             y = self._fles(xc)
@@ -475,9 +481,11 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             saturation=float((rho > SATURATION_THRESHOLD).float().mean()))
 
     def _mlp_params(self, x: Tensor) -> list:
+        dtype = x.dtype
         return [
-            p.to(x.dtype) for p in (self.fc1_weight, self.fc1_bias,
-                                    self.fc2_weight, self.fc2_bias)
+            p if p.dtype == dtype else p.to(dtype)
+            for p in (self.fc1_weight, self.fc1_bias, self.fc2_weight,
+                      self.fc2_bias)
         ]
 
     def _indicator_kwargs(self, x: Tensor) -> dict:

@@ -36,7 +36,7 @@ from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from ...versions import is_tracing
+from ...versions import forward_ad_active, is_tracing
 from .recompute import (can_fuse_residual, default_recompute, norm_act,
                         residual_act)
 from .reference_layout import check_pretrained_layout
@@ -106,8 +106,11 @@ def _use_recompute(block: nn.Module) -> bool:
     # Only worth it when backward will run; with_cp already recomputes all.
     # Traced (torch.compile): the compiler's partitioner decides what to
     # keep, and torch 2.1's dynamo cannot pass a module into the Function.
+    # Forward-mode AD: the plain ops carry the tangents (the Function has no
+    # jvp).
     return (block.recompute_act and torch.is_grad_enabled()
-            and not block.with_cp and not is_tracing())
+            and not block.with_cp and not is_tracing()
+            and not forward_ad_active())
 
 
 class ActBasicBlock(BasicBlock):

@@ -15,16 +15,14 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/basic_ops.h>
-#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
 #include <string>
-#include <type_traits>
+
+#include "op_node.h"
 
 extern "C" {
 #include "apa.c"
@@ -119,24 +117,6 @@ at::Tensor to_param(const at::Tensor& grad, const at::Tensor& p) {
   return grad.numel() == p.numel() ? grad : grad.sum().view(p.sizes());
 }
 
-// Under create_graph the kernel's gradients hang off a node that raises when
-// a second derivative reaches it (what torch.autograd.function's
-// once_differentiable does), instead of being constants that would drop
-// the second derivative silently.
-variable_list once_differentiable(variable_list grads, const char* name) {
-  for (auto& g : grads) {
-    if (g.defined()) {
-      g = g.detach();
-      g.set_requires_grad(true);
-    }
-  }
-  torch::autograd::DelayedError error(
-      std::string("mmact::") + name +
-          " cannot be differentiated twice (its backward is a fused kernel)",
-      static_cast<int>(grads.size()));
-  return error.apply(std::move(grads));
-}
-
 // The backward node, written as torch's generated nodes are (a Node with
 // SavedVariables) rather than a torch::autograd::Function: that one keeps
 // its state in string-keyed maps and wraps its outputs, which cost more
@@ -184,25 +164,9 @@ struct EtaBackward final : public torch::autograd::TraceableFunction {
     }
     variable_list out = {should_compute_output(0) ? gx : at::Tensor(), gk,
                          gl};
-    return at::GradMode::is_enabled()
-               ? once_differentiable(std::move(out), E.name)
-               : out;
+    return mmact::once_differentiable(std::move(out), E.name);
   }
 };
-
-// torch 2.1 holds nodes in std::shared_ptr, newer torch in c10::intrusive_ptr.
-using NodePtr = decltype(torch::autograd::Edge::function);
-
-template <typename T>
-NodePtr make_node() {
-  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
-    // deleteNode (torch 2.1 only) frees long chains without deep
-    // recursion; found by argument-dependent lookup where it exists.
-    return std::shared_ptr<T>(new T(), [](auto* node) { deleteNode(node); });
-  } else {
-    return c10::make_intrusive<T>();
-  }
-}
 
 template <const Entries& E>
 at::Tensor cpu(const at::Tensor& x, const at::Tensor& kappa,
@@ -217,12 +181,7 @@ template <const Entries& E>
 at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
                     const at::Tensor& lambda, double lambda_min,
                     int64_t channel_dim) {
-  // What a Function without a jvp does: refuse rather than drop tangents.
-  TORCH_CHECK(!torch::autograd::isFwGradDefined(x) &&
-                  !torch::autograd::isFwGradDefined(kappa) &&
-                  !torch::autograd::isFwGradDefined(lambda),
-              "mmact::", E.name, " has no forward-mode derivative (jvp); ",
-              "use reverse mode (backward, torch.autograd.grad)");
+  mmact::refuse_tangents({x, kappa, lambda}, E.name);
   const bool record =
       at::GradMode::is_enabled() &&
       (x.requires_grad() || kappa.requires_grad() || lambda.requires_grad());
@@ -232,7 +191,7 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
     y = forward_cpu(E, x, kappa, lambda, lambda_min, channel_dim);
   }
   if (record) {
-    NodePtr node = make_node<EtaBackward<E>>();
+    mmact::NodePtr node = mmact::make_node<EtaBackward<E>>();
     auto* eta = static_cast<EtaBackward<E>*>(node.get());
     eta->set_next_edges(torch::autograd::collect_next_edges(x, kappa, lambda));
     eta->x_ = torch::autograd::SavedVariable(x, false);
@@ -288,19 +247,12 @@ PyMethodDef methods[] = {
      METH_FASTCALL, "mmact::aglu(x, kappa, lambda_, lambda_min, channel_dim)"},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "mmact_apa_op", nullptr, -1,
-                      methods};
-
 }  // namespace
 
-#define MMACT_CAT(a, b) a##b
-#define MMACT_INIT(name) MMACT_CAT(PyInit_, name)
+MMACT_PYTHON_MODULE(methods)
 
-PyMODINIT_FUNC MMACT_INIT(TORCH_EXTENSION_NAME)() {
-  return PyModule_Create(&module);
-}
-
-TORCH_LIBRARY(mmact, m) {
+// A fragment: fles_op.cpp registers into the same namespace.
+TORCH_LIBRARY_FRAGMENT(mmact, m) {
   m.def("apa(Tensor x, Tensor kappa, Tensor lambda_, float lambda_min, "
         "int channel_dim) -> Tensor");
   m.def("aglu(Tensor x, Tensor kappa, Tensor lambda_, float lambda_min, "

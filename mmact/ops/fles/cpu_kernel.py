@@ -21,16 +21,19 @@ erf (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7) and tanh(softplus).
 The source (``mmact/ops/csrc/fles.c``, entries declared in ``fles.h``) is
 built for the host's ISA by :mod:`mmact.ops.cpu_build`.
 """
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from ..cpu_build import (CSRC, KernelLibrary, build_library, get_library,
-                         load_library, read_source)
+                         get_operators, load_library, read_source)
 from .geometry import WindowGeometry
 
-__all__ = ['FleSCpuKernel', 'get_fles_kernel', 'build_fles_kernel']
+__all__ = [
+    'FleSCpuKernel', 'get_fles_kernel', 'build_fles_kernel',
+    'get_fles_operator'
+]
 
 _NAME = 'fles'
 _MIN_PER_THREAD = 1 << 15
@@ -147,3 +150,20 @@ def get_fles_kernel() -> Optional[FleSCpuKernel]:
         lib = get_library(_NAME)
         _kernel = None if lib is None else FleSCpuKernel(lib)
     return _kernel
+
+
+_operator: Optional[Callable] = None
+
+
+def get_fles_operator() -> Optional[Callable]:
+    """The whole FleS op on tiles or a global window as the torch operator
+    ``torch.ops.mmact.fles`` with a C++ autograd node (``csrc/fles_op.cpp``,
+    the schema there), called through the extension's own Python entry;
+    built on first call; None when it cannot be built or the C kernels are
+    switched off."""
+    global _operator
+    if _operator is None:
+        module = get_operators('fles_op.cpp')
+        if module is not None:
+            _operator = module.fles
+    return _operator

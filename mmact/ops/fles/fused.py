@@ -14,8 +14,11 @@ evaluated through the fused native kernels (SiLU / GELU / Mish):
 ``d/dk_ho = k_ve / (c k_ho^2) * sum g (u base'(u) - base(u))``.
 Overlapping windows use per-pixel averaged scales and direct formulas.
 
-On float32 CPU tensors with tiles or a global window, the pixel passes run
-in the fused C kernel of :mod:`.cpu_kernel` instead (one loop per pass: window
+On float32 CPU tensors with tiles or a global window, a gate and indicator
+the C kernel has and an MLP layout of :mod:`.scales`, the whole op is the
+torch operator ``mmact::fles`` (``csrc/fles_op.cpp``: the same kernels, the
+MLP and its backward in C++). In the other such cases the pixel passes run
+in the fused C kernel of :mod:`.cpu_kernel` (one loop per pass: window
 statistics, gate application, gate backward with the window sums, indicator
 backward), for the gates and indicators it covers; the rest stays in torch.
 Each stage is labelled for ``torch.profiler`` (``fles.*``).
@@ -27,7 +30,7 @@ indicators run on the Triton kernels of :mod:`mmact.ops.fles.triton_path`.
 the input and the backends in force (:mod:`mmact.ops.backends`).
 """
 from contextlib import contextmanager, nullcontext
-from typing import Iterator, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -37,13 +40,14 @@ from torch.profiler import record_function
 
 from ...versions import is_tracing
 from .. import backends
-from .cpu_kernel import FleSCpuKernel, get_fles_kernel
+from .cpu_kernel import FleSCpuKernel, get_fles_kernel, get_fles_operator
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
 from .geometry import (WindowGeometry, window_area, window_coverage,
                        window_scatter, window_sum)
 from .indicators import (check_indicator, float_mask, indicator_transform,
                          indicator_transform_grad)
-from .scales import ScaleFn, fles_mlp_scales, scales_vjp
+from .scales import (ScaleFn, fles_mlp_scales, fles_shared_mlp_scales,
+                     scales_vjp)
 from .tiling import Tiling, window_dot
 
 __all__ = ['fles_fused']
@@ -211,22 +215,26 @@ def _indicator_grads(
 
 class _Plan(NamedTuple):
     """How :func:`fles_fused` runs on one input."""
-    name: str  # 'triton', 'c' or 'torch'
+    name: str  # 'triton', 'operator', 'c' or 'torch'
     #: the C kernel for the pixel passes it covers (name 'c'), else None
     kernel: Optional[FleSCpuKernel] = None
     c_stats: bool = False  # indicator statistics and their backward in C
     c_gate: bool = False  # gate application and its backward in C
+    #: the whole op as a C++ operator (name 'operator'), else None
+    operator: Optional[Callable] = None
 
 
 _TORCH = _Plan('torch')
 _TRITON = _Plan('triton')
 _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+#: The scale functions the C++ operator evaluates (its MLP layouts).
+_OPERATOR_SCALES = (fles_mlp_scales, fles_shared_mlp_scales)
 
 
-def _implementation(x: Tensor, geom: WindowGeometry, gate: str,
-                    mode: str) -> _Plan:
+def _implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
+                    scale_fn: ScaleFn, params: Sequence[Tensor]) -> _Plan:
     """Which implementation runs FleS on ``x``: the one place this is
-    decided (the scale MLP is torch ops in every case):
+    decided (the scale MLP is torch ops except in ``operator``):
 
     ==========================================  ==========================
     call                                        runs
@@ -236,8 +244,12 @@ def _implementation(x: Tensor, geom: WindowGeometry, gate: str,
     a tensor the Triton settings cover, tiles   ``triton``: the whole op
     or a global window, a gate and indicator    (:mod:`.triton_path`)
     the kernels have
-    plain float32 CPU tensor, tiles or a        ``c``: the pixel passes
-    global window, C kernels on and built       whose gate / indicator the
+    plain float32 CPU tensor, tiles or a        ``operator``: the whole op
+    global window, C kernels on and built,      as ``torch.ops.mmact.fles``
+    a gate and indicator the kernel has, an     (``csrc/fles_op.cpp``)
+    MLP layout of :mod:`.scales` in float32
+    the same but another gate, indicator or     ``c``: the pixel passes
+    scale function                              whose gate / indicator the
                                                 C kernel has, the rest torch
     anything else                               ``torch``
     ==========================================  ==========================
@@ -251,9 +263,16 @@ def _implementation(x: Tensor, geom: WindowGeometry, gate: str,
             and x.layout == torch.strided and not geom.overlapping
             and backends.settings().cpu_kernels):
         kernel = get_fles_kernel()
-        if kernel is not None:
-            return _Plan('c', kernel, kernel.supports_mode(mode),
-                         kernel.supports_gate(gate))
+        if kernel is None:
+            return _TORCH
+        plan = _Plan('c', kernel, kernel.supports_mode(mode),
+                     kernel.supports_gate(gate))
+        if (plan.c_stats and plan.c_gate and scale_fn in _OPERATOR_SCALES
+                and all(p.dtype is torch.float32 for p in params)):
+            operator = get_fles_operator()
+            if operator is not None:
+                return _Plan('operator', operator=operator)
+        return plan
     return _TORCH
 
 
@@ -420,7 +439,9 @@ def fles_fused(x: Tensor,
     if x.dim() != 4:
         raise ValueError(f'fles_fused expects (N, C, H, W), got {x.shape}')
     x = x.contiguous()
-    plan = _implementation(x, geom, gate, mode)
+    plan = _implementation(x, geom, gate, mode, scale_fn, params)
+    if plan.name == 'operator':
+        return plan.operator(x, *params, *geom.window, gate, mode)
     if plan.name == 'triton':
         from .triton_path import fles_triton
         return fles_triton(x, geom, params, gate, mode, scale_fn)

@@ -216,3 +216,19 @@ def test_second_derivative_raises():
             match='the memory-lean backward cannot '
             'be differentiated twice'):
         grad.square().sum().backward()
+
+
+def test_forward_mode_ad_takes_the_plain_path():
+    """Under forward-mode AD the memory-lean path (a Function without a
+    jvp) steps aside: the tangents equal the plain path's."""
+    import torch.autograd.forward_ad as fwAD
+    plain, fast = _pair(18)
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    tangent = torch.randn_like(x)
+    tangents = []
+    for model in (plain, fast):
+        with fwAD.dual_level():
+            out = model(fwAD.make_dual(x, tangent))[-1]
+            tangents.append(fwAD.unpack_dual(out).tangent)
+    assert tangents[0].abs().sum() > 0
+    torch.testing.assert_close(tangents[1], tangents[0])
