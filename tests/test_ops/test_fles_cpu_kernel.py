@@ -18,10 +18,12 @@ pytestmark = pytest.mark.skipif(
     get_fles_kernel() is None, reason='no C compiler: torch path only')
 
 GEOMS = [
-    # tiles with cut border tiles, exact tiles, global
+    # tiles with cut border tiles, exact tiles, global; whole-row tiles
+    # (one window per row: the kernels' contiguous-run path) with a cut band
     (11, 17, (3, 5)),
     (6, 10, (3, 5)),
     (7, 9, None),
+    (10, 6, (4, 6)),
 ]
 
 LAYOUTS = {'per_head': fles_mlp_scales, 'shared': fles_shared_mlp_scales}

@@ -50,7 +50,10 @@ static inline float exp_c(float x) {
     const float r = nw2 / (nw2 + 2.0f);                                    \
     const float d = (1.0f - r * r) * (w / (1.0f + w));
 
-/* Per band of tile rows: rows [i0, i1) of the plane, grid row gr. */
+/* Per band of tile rows: rows [i0, i1) of the plane, grid row gr. With
+ * one window per row (nw == 1) a band's rows are one contiguous run, which
+ * the kernels take in one loop: on small maps (7x7, 4x4) a row alone is
+ * shorter than a vector. */
 #define BANDS(...)                                                         \
     for (int64_t p = p0; p < p1; ++p) {                                    \
         for (int64_t gr = 0; gr < nh; ++gr) {                              \
@@ -93,6 +96,27 @@ static void fles_stats(const float* x, float* ind, float* div,
     float* col = (float*)malloc(2 * W * sizeof(float));
     float* cnt = col + W;
     BANDS(
+        if (nw == 1) {  /* whole rows: the band is one contiguous run */
+            const float* xb = x + (p * H + i0) * W;
+            const int64_t n = (i1 - i0) * W;
+            double s = 0.0, count = 0.0;
+            if (mode == 0) {
+                _Pragma("omp simd reduction(+:s, count)")
+                for (int64_t j = 0; j < n; ++j) {
+                    const float v = xb[j];
+                    s += v > 0.0f ? v : 0.0f;
+                    count += v >= 0.0f ? 1.0 : 0.0;
+                }
+            } else {
+                _Pragma("omp simd reduction(+:s)")
+                for (int64_t j = 0; j < n; ++j) s += xb[j];
+                count = (double)n;
+            }
+            const float d = count < 1.0 ? 1.0f : (float)count;
+            div[wbase] = d;
+            ind[wbase] = (float)(s * (1.0f / d));
+            continue;
+        }
         memset(col, 0, 2 * W * sizeof(float));
         for (int64_t i = i0; i < i1; ++i) {
             const float* xr = x + (p * H + i) * W;
@@ -137,6 +161,19 @@ static void NAME(const float* x, float* y, const float* kv,                \
     float* rv = (float*)malloc(2 * W * sizeof(float));                     \
     float* ro = rv + W;                                                    \
     BANDS(                                                                 \
+        if (nw == 1) {  /* whole rows: one run, one scale pair */          \
+            const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;         \
+            const float sv = kv[wbase], so = cst * ko[wbase];              \
+            _Pragma("omp simd")                                            \
+            for (int64_t j = 0; j < n; ++j) {                              \
+                const float xv = x[o + j];                                 \
+                const float u = so * xv;                                   \
+                RHO(u)                                                     \
+                (void)d;                                                   \
+                y[o + j] = sv * r * xv;                                    \
+            }                                                              \
+            continue;                                                      \
+        }                                                                  \
         expand_row(rv, kv + wbase, 1.0f, W, kw);                           \
         expand_row(ro, ko + wbase, cst, W, kw);                            \
         for (int64_t i = i0; i < i1; ++i) {                                \
@@ -169,6 +206,24 @@ static void NAME(const float* x, const float* go, float* gx,               \
     float* ca = ro + W;                                                    \
     float* cb = ca + W;                                                    \
     BANDS(                                                                 \
+        if (nw == 1) {  /* whole rows: one run, one scale pair */          \
+            const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;         \
+            const float sv = kv[wbase], so = cst * ko[wbase];              \
+            double sa = 0.0, sb = 0.0;                                     \
+            _Pragma("omp simd reduction(+:sa, sb)")                        \
+            for (int64_t j = 0; j < n; ++j) {                              \
+                const float xv = x[o + j], g = go[o + j];                  \
+                const float u = so * xv;                                   \
+                RHO(u)                                                     \
+                const float gx_ = g * xv;                                  \
+                gx[o + j] = g * sv * (r + u * d);                          \
+                sa += gx_ * r;                                             \
+                sb += gx_ * xv * d;                                        \
+            }                                                              \
+            g_ve[wbase] = (float)sa;                                       \
+            g_ho[wbase] = (float)(sb * (cst * sv));                        \
+            continue;                                                      \
+        }                                                                  \
         expand_row(rv, kv + wbase, 1.0f, W, kw);                           \
         expand_row(ro, ko + wbase, cst, W, kw);                            \
         memset(ca, 0, 2 * W * sizeof(float));                              \
@@ -213,6 +268,19 @@ static void fles_ind_bwd(const float* x, float* gx, const float* gind,
                          const float* div, int64_t mode, GEOM_ARGS) {
     float* rq = (float*)malloc(W * sizeof(float));
     BANDS(
+        if (nw == 1) {  /* whole rows: one run, one value */
+            const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;
+            const float q = gind[wbase] / div[wbase];
+            if (mode == 0) {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < n; ++j)
+                    gx[o + j] += x[o + j] > 0.0f ? q : 0.0f;
+            } else {
+                _Pragma("omp simd")
+                for (int64_t j = 0; j < n; ++j) gx[o + j] += q;
+            }
+            continue;
+        }
         float q[nw];
         for (int64_t c = 0; c < nw; ++c)
             q[c] = gind[wbase + c] / div[wbase + c];

@@ -29,11 +29,17 @@ static inline int64_t mmact_threads(int64_t n, int64_t threads,
                                            (min_per_thread));              \
         int64_t step_r = ((n) + nt_r - 1) / nt_r;                          \
         step_r = (step_r + (align) - 1) / (align) * (align);               \
-        _Pragma("omp parallel for num_threads(nt_r) if(nt_r > 1)")         \
-        for (int64_t t = 0; t < nt_r; ++t) {                               \
-            const int64_t s = t * step_r;                                  \
-            const int64_t e = s + step_r < (n) ? s + step_r : (n);         \
+        if (nt_r == 1) { /* no parallel region: entering one costs us */   \
+            const int64_t s = 0, e = (n), t = 0;                           \
+            (void)t;                                                       \
             if (s < e) CALL;                                               \
+        } else {                                                           \
+            _Pragma("omp parallel for num_threads(nt_r)")                  \
+            for (int64_t t = 0; t < nt_r; ++t) {                           \
+                const int64_t s = t * step_r;                              \
+                const int64_t e = s + step_r < (n) ? s + step_r : (n);     \
+                if (s < e) CALL;                                           \
+            }                                                              \
         }                                                                  \
     } while (0)
 
