@@ -1,6 +1,10 @@
 """The FleS torch operator ``mmact::fles`` (``csrc/fles_op.cpp``): autograd
 rules, errors and threads (its values against float64:
 test_fles_cpu_kernel.py)."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -202,3 +206,49 @@ def test_empty_batch(window):
     assert grads[0].shape == x.shape
     for g, p in zip(grads[1:], params):
         assert g.shape == p.shape and not g.any()
+
+
+# Address space capped just above what the process holds, then a map wide
+# enough that a pass's row buffers (2 rows of W floats: 128 MiB) do not fit.
+_ALLOCATION_FAILURE = '''
+import resource, torch
+from mmact.ops.fles import window_geometry
+from mmact.ops.fles.cpu_kernel import get_fles_kernel, get_fles_operator
+operator, kernel = get_fles_operator(), get_fles_kernel()
+c, w = 2, 1 << 24
+x = torch.randn(1, c, 1, w)
+params = [torch.randn(2, c), torch.zeros(2), torch.randn(2, c, 2),
+          torch.zeros(2, c)]
+with open('/proc/self/status') as f:
+    held = next(int(s.split()[1]) for s in f if s.startswith('VmSize')) << 10
+resource.setrlimit(resource.RLIMIT_AS, (held + (96 << 20), ) * 2)
+for call in (lambda: operator(x, *params, 1, w, 'sigmoid', 'positive'),
+             lambda: kernel.stats(x.view(c, 1, w), window_geometry(1, w),
+                                  'positive')):
+    try:
+        call()
+        print('no error')
+    except (MemoryError, RuntimeError) as e:
+        print(type(e).__name__, str(e).splitlines()[0])
+'''
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith('linux'),
+    reason='caps the address space through /proc and RLIMIT_AS (Linux)')
+def test_allocation_failure_is_an_error_not_a_crash():
+    """The C passes' row buffers come from malloc: a failure is an error
+    that names the pass, on the operator and the ctypes path alike."""
+    run = subprocess.run([sys.executable, '-c', _ALLOCATION_FAILURE],
+                         capture_output=True,
+                         text=True,
+                         timeout=300,
+                         env={
+                             **os.environ, 'OMP_NUM_THREADS': '1'
+                         })
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines() == [
+        "RuntimeError mmact::fles: fles.stats: no memory for the kernel's "
+        'row buffers',
+        "MemoryError fles_stats: no memory for the kernel's row buffers"
+    ]

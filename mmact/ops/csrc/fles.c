@@ -91,9 +91,10 @@ static inline void reduce_cols(float* out, const float* col,
 /* Indicator and its divisor per window: mode 0 (positive)
  * ind = sum relu(x) / max(count(x >= 0), 1); mode 1 (mean) ind = mean of x,
  * divisor = window area. */
-static void fles_stats(const float* x, float* ind, float* div,
-                       int64_t mode, GEOM_ARGS) {
+static int64_t fles_stats(const float* x, float* ind, float* div,
+                          int64_t mode, GEOM_ARGS) {
     float* col = (float*)malloc(2 * W * sizeof(float));
+    if (!col) return -1;
     float* cnt = col + W;
     BANDS(
         if (nw == 1) {  /* whole rows: the band is one contiguous run */
@@ -149,6 +150,7 @@ static void fles_stats(const float* x, float* ind, float* div,
         reduce_cols(ind + wbase, col, inv, W, kw, nw);
     )
     free(col);
+    return 0;
 }
 MMACT_ENTRY(fles_stats, (const float* x, float* ind, float* div,
                          int64_t mode, GEOM_PARAMS),
@@ -156,9 +158,10 @@ MMACT_ENTRY(fles_stats, (const float* x, float* ind, float* div,
 
 /* y = k_ve * rho(c k_ho x) * x */
 #define APPLY(NAME, RHO)                                                   \
-static void NAME(const float* x, float* y, const float* kv,                \
-                 const float* ko, float cst, GEOM_ARGS) {                  \
+static int64_t NAME(const float* x, float* y, const float* kv,             \
+                    const float* ko, float cst, GEOM_ARGS) {               \
     float* rv = (float*)malloc(2 * W * sizeof(float));                     \
+    if (!rv) return -1;                                                    \
     float* ro = rv + W;                                                    \
     BANDS(                                                                 \
         if (nw == 1) {  /* whole rows: one run, one scale pair */          \
@@ -190,6 +193,7 @@ static void NAME(const float* x, float* y, const float* kv,                \
         }                                                                  \
     )                                                                      \
     free(rv);                                                              \
+    return 0;                                                              \
 }                                                                          \
 MMACT_ENTRY(NAME, (const float* x, float* y, const float* kv,              \
                    const float* ko, float cst, GEOM_PARAMS),               \
@@ -198,10 +202,11 @@ MMACT_ENTRY(NAME, (const float* x, float* y, const float* kv,              \
 /* gx = g k_ve (rho(u) + u rho'(u)); window gradients of the scales
  * g_ve = sum g x rho(u) and g_ho = c k_ve sum g x^2 rho'(u). */
 #define GATE_BWD(NAME, RHO)                                                \
-static void NAME(const float* x, const float* go, float* gx,               \
-                 const float* kv, const float* ko, float cst, float* g_ve, \
-                 float* g_ho, GEOM_ARGS) {                                 \
+static int64_t NAME(const float* x, const float* go, float* gx,            \
+                    const float* kv, const float* ko, float cst,           \
+                    float* g_ve, float* g_ho, GEOM_ARGS) {                 \
     float* rv = (float*)malloc(4 * W * sizeof(float));                     \
+    if (!rv) return -1;                                                    \
     float* ro = rv + W;                                                    \
     float* ca = ro + W;                                                    \
     float* cb = ca + W;                                                    \
@@ -249,6 +254,7 @@ static void NAME(const float* x, const float* go, float* gx,               \
         reduce_cols(g_ho + wbase, cb, kvc, W, kw, nw);                     \
     )                                                                      \
     free(rv);                                                              \
+    return 0;                                                              \
 }                                                                          \
 MMACT_ENTRY(NAME, (const float* x, const float* go, float* gx,             \
                    const float* kv, const float* ko, float cst,            \
@@ -264,9 +270,10 @@ GATE_BWD(fles_gate_bwd_mish, RHO_MISH)
 
 /* gx += f'(x) g_ind / div of the pixel's window: mode 0 (positive)
  * f' = [x > 0], mode 1 (mean) f' = 1. */
-static void fles_ind_bwd(const float* x, float* gx, const float* gind,
-                         const float* div, int64_t mode, GEOM_ARGS) {
+static int64_t fles_ind_bwd(const float* x, float* gx, const float* gind,
+                            const float* div, int64_t mode, GEOM_ARGS) {
     float* rq = (float*)malloc(W * sizeof(float));
+    if (!rq) return -1;
     BANDS(
         if (nw == 1) {  /* whole rows: one run, one value */
             const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;
@@ -299,6 +306,7 @@ static void fles_ind_bwd(const float* x, float* gx, const float* gind,
         }
     )
     free(rq);
+    return 0;
 }
 MMACT_ENTRY(fles_ind_bwd, (const float* x, float* gx, const float* gind,
                            const float* div, int64_t mode, GEOM_PARAMS),

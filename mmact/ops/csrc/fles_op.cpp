@@ -43,13 +43,15 @@ constexpr double kKHoMin = 1e-6;
 constexpr int64_t kMinPerThread = 1 << 15;
 constexpr int64_t kSmallGrid = 1 << 18;
 
-using Apply = void (*)(const float*, float*, const float*, const float*,
-                       float, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t);
-using GateBackward = void (*)(const float*, const float*, float*,
-                              const float*, const float*, float, float*,
-                              float*, int64_t, int64_t, int64_t, int64_t,
-                              int64_t, int64_t, int64_t, int64_t, int64_t);
+// The signatures fles.h declares (one per pass for every gate).
+using Apply = decltype(&fles_apply_sigmoid_run);
+using GateBackward = decltype(&fles_gate_bwd_sigmoid_run);
+
+// The kernels' status: -1 when their row buffers could not be allocated.
+inline void check_kernel(int64_t status, const char* pass) {
+  TORCH_CHECK(status == 0, "mmact::fles: ", pass,
+              ": no memory for the kernel's row buffers");
+}
 
 // rho(z) = base(cst z) for a kernel base; the names of mmact.ops.fles.gates.
 struct Gate {
@@ -404,17 +406,21 @@ Forward forward_cpu(const at::Tensor& x, const at::Tensor& w1,
                     int64_t mode) {
   at::Tensor ind = g.windows(x), div = g.windows(x);
   stage("fles.stats", [&] {
-    fles_stats_run(x.data_ptr<float>(), ind.data_ptr<float>(),
-                   div.data_ptr<float>(), mode, g.h, g.w, g.kh, g.kw, g.nh,
-                   g.nw, g.planes(), g.min_per_thread, g.threads);
+    check_kernel(fles_stats_run(x.data_ptr<float>(), ind.data_ptr<float>(),
+                                div.data_ptr<float>(), mode, g.h, g.w, g.kh,
+                                g.kw, g.nh, g.nw, g.planes(),
+                                g.min_per_thread, g.threads),
+                 "fles.stats");
   });
   Mlp mlp = stage("fles.mlp", [&] { return Mlp(ind, w1, b1, w2, b2); });
   at::Tensor y = at::empty_like(x);
   stage("fles.apply", [&] {
-    gate.apply(x.data_ptr<float>(), y.data_ptr<float>(),
-               mlp.k_ve.data_ptr<float>(), mlp.k_ho.data_ptr<float>(),
-               gate.cst, g.h, g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
-               g.min_per_thread, g.threads);
+    check_kernel(gate.apply(x.data_ptr<float>(), y.data_ptr<float>(),
+                            mlp.k_ve.data_ptr<float>(),
+                            mlp.k_ho.data_ptr<float>(), gate.cst, g.h, g.w,
+                            g.kh, g.kw, g.nh, g.nw, g.planes(),
+                            g.min_per_thread, g.threads),
+                 "fles.apply");
   });
   return {std::move(y), std::move(div), std::move(mlp)};
 }
@@ -452,12 +458,14 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
       at::Tensor gx = at::empty_like(x);
       at::Tensor g_ve = g.windows(x), g_ho = g.windows(x);
       stage("fles.bwd.gate", [&] {
-        gate_->backward(x.data_ptr<float>(), go.data_ptr<float>(),
-                        gx.data_ptr<float>(), mlp_->k_ve.data_ptr<float>(),
-                        mlp_->k_ho.data_ptr<float>(), gate_->cst,
-                        g_ve.data_ptr<float>(), g_ho.data_ptr<float>(), g.h,
-                        g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
-                        g.min_per_thread, g.threads);
+        check_kernel(
+            gate_->backward(x.data_ptr<float>(), go.data_ptr<float>(),
+                            gx.data_ptr<float>(), mlp_->k_ve.data_ptr<float>(),
+                            mlp_->k_ho.data_ptr<float>(), gate_->cst,
+                            g_ve.data_ptr<float>(), g_ho.data_ptr<float>(),
+                            g.h, g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
+                            g.min_per_thread, g.threads),
+            "fles.bwd.gate");
       });
       // the indicator's gradient is needed for x's, and always computed
       out = stage("fles.bwd.mlp", [&] {
@@ -468,10 +476,12 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
       });
       stage("fles.bwd.indicator", [&] {
         const at::Tensor g_ind = out[0].contiguous();
-        fles_ind_bwd_run(x.data_ptr<float>(), gx.data_ptr<float>(),
-                         g_ind.data_ptr<float>(), div_.data_ptr<float>(),
-                         mode_, g.h, g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
-                         g.min_per_thread, g.threads);
+        check_kernel(
+            fles_ind_bwd_run(x.data_ptr<float>(), gx.data_ptr<float>(),
+                             g_ind.data_ptr<float>(), div_.data_ptr<float>(),
+                             mode_, g.h, g.w, g.kh, g.kw, g.nh, g.nw,
+                             g.planes(), g.min_per_thread, g.threads),
+            "fles.bwd.indicator");
       });
       out[0] = should_compute_output(0) ? gx : at::Tensor();
     }

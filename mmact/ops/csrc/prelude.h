@@ -46,13 +46,20 @@ static inline int64_t mmact_threads(int64_t n, int64_t threads,
 #define MMACT_UNPAREN(...) __VA_ARGS__
 
 /* Defines the entry NAME_run(PARAMS, total, min_per_thread, threads) that
- * runs the range function NAME(ARGS, s, e, t) over MMACT_RANGES of
- * [0, total). */
+ * runs the range function NAME(ARGS, s, e, t) (0, or -1 when its buffers
+ * cannot be allocated) over MMACT_RANGES of [0, total); -1 when a range
+ * failed, else 0. */
 #define MMACT_ENTRY(NAME, PARAMS, ARGS)                                    \
-void NAME##_run(MMACT_UNPAREN PARAMS, int64_t total,                       \
-                int64_t min_per_thread, int64_t threads) {                 \
-    MMACT_RANGES(total, threads, min_per_thread, 1,                        \
-                 NAME(MMACT_UNPAREN ARGS, s, e, t));                       \
+int64_t NAME##_run(MMACT_UNPAREN PARAMS, int64_t total,                    \
+                   int64_t min_per_thread, int64_t threads) {              \
+    int64_t status = 0;                                                    \
+    MMACT_RANGES(total, threads, min_per_thread, 1, {                      \
+        if (NAME(MMACT_UNPAREN ARGS, s, e, t) != 0) {                      \
+            _Pragma("omp atomic write")                                    \
+            status = -1;                                                   \
+        }                                                                  \
+    });                                                                    \
+    return status;                                                         \
 }
 
 /* 1 when built with OpenMP (defined by the build, mmact.ops.cpu_build). */

@@ -76,9 +76,13 @@ class FleSCpuKernel:
     def _run(self, name: str, planes: int, geom: WindowGeometry,
              args: tuple) -> None:
         h, w = geom.height, geom.width
-        self.lib[f'{name}_run'](*args, h, w, *geom.window, *geom.grid, planes,
-                                max(1, _MIN_PER_THREAD // (h * w)),
-                                torch.get_num_threads())
+        status = self.lib[f'{name}_run'](*args, h, w, *geom.window, *geom.grid,
+                                         planes,
+                                         max(1, _MIN_PER_THREAD // (h * w)),
+                                         torch.get_num_threads())
+        if status != 0:
+            raise MemoryError(f'{name}: no memory for the kernel\'s row '
+                              'buffers')
 
     def stats(self, xf: Tensor, geom: WindowGeometry,
               mode: str) -> Tuple[Tensor, Tensor]:
