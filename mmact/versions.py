@@ -15,7 +15,6 @@ from typing import Dict, Tuple
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 __all__ = [
     'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
@@ -89,6 +88,9 @@ _is_compiling = getattr(torch.compiler, 'is_compiling', None)
 if _is_compiling is None:
     from torch._utils import is_compiling as _is_compiling
 
+_jit_tracing = torch._C._is_tracing
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+
 
 def is_tracing() -> bool:
     """Whether ``torch.compile`` (dynamo, AOTAutograd), ``torch.jit`` or a
@@ -102,8 +104,10 @@ def is_tracing() -> bool:
     AOTAutograd runs an ``autograd.Function`` on fake tensors (a C kernel
     given their pointers crashed); the active ``FakeTensorMode`` shows it.
     """
-    return (_is_compiling() or torch.jit.is_tracing()
-            or _get_current_dispatch_mode() is not None)
+    # torch.jit.is_tracing and _get_current_dispatch_mode without their
+    # Python wrappers (asked on every activation call); dynamo folds
+    # _is_compiling() to True and never reaches the other two.
+    return (_is_compiling() or _jit_tracing() or _dispatch_stack_len() > 0)
 
 
 def forward_ad_active() -> bool:

@@ -473,7 +473,9 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     _check_input(x, op)
     if not lambda_min > 0:
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
-    kappa, lam = _as_param(kappa, x), _as_param(lambda_, x)
+    # (the isinstance checks inline: each call counts on small tensors)
+    kappa = kappa if isinstance(kappa, Tensor) else _as_param(kappa, x)
+    lam = lambda_ if isinstance(lambda_, Tensor) else _as_param(lambda_, x)
     impl = _implementation(x, kappa, lam)
     if impl == 'op':
         return get_ops()[op](x, kappa, lam, lambda_min, channel_dim)

@@ -94,6 +94,35 @@ def test_per_channel_backward_and_lambda_clamp():
     assert m.lambda_param.grad[0] == 0 and (m.lambda_param.grad[1:] != 0).all()
 
 
+@pytest.mark.parametrize('cls,reference', [(APA, apa_reference),
+                                           (AGLU, aglu_reference)])
+def test_forward_sees_swapped_and_parametrized_parameters(cls, reference):
+    """forward reads the parameters from ``_parameters`` (cheaper than
+    ``nn.Module.__getattr__``): what ``torch.func.functional_call`` swaps in
+    and what a parametrization computes are still the values used."""
+    m = cls(num_parameters=3, kappa_init=1.0, lambda_init=0.5)
+    x = torch.randn(2, 3, 4)
+    kappa, lam = torch.tensor([0.5, 1.5, 2.0]), torch.tensor([0.3, 1.0, 2.0])
+    want = reference(x, kappa.view(3, 1), lam.view(3, 1))
+    got = torch.func.functional_call(m, {
+        'kappa_param': kappa,
+        'lambda_param': lam
+    }, (x, ))
+    torch.testing.assert_close(got, want)
+
+    class Double(torch.nn.Module):
+
+        def forward(self, p):
+            return 2 * p
+
+    torch.nn.utils.parametrize.register_parametrization(
+        m, 'kappa_param', Double())
+    with torch.no_grad():
+        m.parametrizations.kappa_param.original.copy_(kappa / 2)
+    torch.testing.assert_close(
+        m(x), reference(x, kappa.view(3, 1), torch.full((3, 1), 0.5)))
+
+
 def test_extra_repr_and_state_dict_keys():
     m = AGLU(num_parameters=8, kappa_init=1.0, lambda_init=(0.0, 1.0))
     text = repr(m)
