@@ -209,7 +209,8 @@ def test_empty_batch(window):
 
 
 # Address space capped just above what the process holds, then a map wide
-# enough that a pass's row buffers (2 rows of W floats: 128 MiB) do not fit.
+# enough that a pass's row buffers (2 rows of W floats: 128 MiB) do not fit;
+# two windows per row (one window per row needs no buffers).
 _ALLOCATION_FAILURE = '''
 import resource, torch
 from mmact.ops.fles import window_geometry
@@ -222,8 +223,9 @@ params = [torch.randn(2, c), torch.zeros(2), torch.randn(2, c, 2),
 with open('/proc/self/status') as f:
     held = next(int(s.split()[1]) for s in f if s.startswith('VmSize')) << 10
 resource.setrlimit(resource.RLIMIT_AS, (held + (96 << 20), ) * 2)
-for call in (lambda: operator(x, *params, 1, w, 'sigmoid', 'positive'),
-             lambda: kernel.stats(x.view(c, 1, w), window_geometry(1, w),
+for call in (lambda: operator(x, *params, 1, w // 2, 'sigmoid', 'positive'),
+             lambda: kernel.stats(x.view(c, 1, w),
+                                  window_geometry(1, w, (1, w // 2)),
                                   'positive')):
     try:
         call()

@@ -93,9 +93,10 @@ def test_only_rank0_writes_the_checkpoint(trained):
 def test_dist_test_matches_single_process(trained):
     cwd, config, work_dir, _ = trained
     checkpoint = str(work_dir / 'epoch_1.pth')
-    # One thread, as torchrun gives each of its processes: convolutions sum
-    # in another order on another thread count, and with score_thr=0 a last
-    # bit decides which near-tied boxes make the top 100.
+    # One thread in every process (torchrun's default, set here in case the
+    # caller's environment has another): convolutions sum in another order
+    # on another thread count, and with score_thr=0 a last bit decides which
+    # near-tied boxes make the top 100.
     single = run([
         sys.executable,
         str(REPO / 'tools/test.py'),
@@ -111,7 +112,9 @@ def test_dist_test_matches_single_process(trained):
         str(config), checkpoint, '2', '--work-dir',
         str(cwd / 'double'), '--out',
         str(cwd / 'double.pkl')
-    ], cwd)
+    ],
+                 cwd,
+                 OMP_NUM_THREADS='1')
     assert metrics(single) and metrics(single) == metrics(double)
     with open(cwd / 'single.pkl', 'rb') as f:
         single_preds = pickle.load(f)

@@ -93,9 +93,10 @@ static inline void reduce_cols(float* out, const float* col,
  * divisor = window area. */
 static int64_t fles_stats(const float* x, float* ind, float* div,
                           int64_t mode, GEOM_ARGS) {
-    float* col = (float*)malloc(2 * W * sizeof(float));
-    if (!col) return -1;
-    float* cnt = col + W;
+    /* column buffers only for several windows per row */
+    float* col = nw > 1 ? (float*)malloc(2 * W * sizeof(float)) : NULL;
+    if (nw > 1 && !col) return -1;
+    float* cnt = col ? col + W : NULL;
     BANDS(
         if (nw == 1) {  /* whole rows: the band is one contiguous run */
             const float* xb = x + (p * H + i0) * W;
@@ -160,9 +161,9 @@ MMACT_ENTRY(fles_stats, (const float* x, float* ind, float* div,
 #define APPLY(NAME, RHO)                                                   \
 static int64_t NAME(const float* x, float* y, const float* kv,             \
                     const float* ko, float cst, GEOM_ARGS) {               \
-    float* rv = (float*)malloc(2 * W * sizeof(float));                     \
-    if (!rv) return -1;                                                    \
-    float* ro = rv + W;                                                    \
+    float* rv = nw > 1 ? (float*)malloc(2 * W * sizeof(float)) : NULL;    \
+    if (nw > 1 && !rv) return -1;                                          \
+    float* ro = rv ? rv + W : NULL;                                        \
     BANDS(                                                                 \
         if (nw == 1) {  /* whole rows: one run, one scale pair */          \
             const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;         \
@@ -205,11 +206,11 @@ MMACT_ENTRY(NAME, (const float* x, float* y, const float* kv,              \
 static int64_t NAME(const float* x, const float* go, float* gx,            \
                     const float* kv, const float* ko, float cst,           \
                     float* g_ve, float* g_ho, GEOM_ARGS) {                 \
-    float* rv = (float*)malloc(4 * W * sizeof(float));                     \
-    if (!rv) return -1;                                                    \
-    float* ro = rv + W;                                                    \
-    float* ca = ro + W;                                                    \
-    float* cb = ca + W;                                                    \
+    float* rv = nw > 1 ? (float*)malloc(4 * W * sizeof(float)) : NULL;    \
+    if (nw > 1 && !rv) return -1;                                          \
+    float* ro = rv ? rv + W : NULL;                                        \
+    float* ca = rv ? rv + 2 * W : NULL;                                    \
+    float* cb = rv ? rv + 3 * W : NULL;                                    \
     BANDS(                                                                 \
         if (nw == 1) {  /* whole rows: one run, one scale pair */          \
             const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;         \
@@ -272,8 +273,8 @@ GATE_BWD(fles_gate_bwd_mish, RHO_MISH)
  * f' = [x > 0], mode 1 (mean) f' = 1. */
 static int64_t fles_ind_bwd(const float* x, float* gx, const float* gind,
                             const float* div, int64_t mode, GEOM_ARGS) {
-    float* rq = (float*)malloc(W * sizeof(float));
-    if (!rq) return -1;
+    float* rq = nw > 1 ? (float*)malloc(W * sizeof(float)) : NULL;
+    if (nw > 1 && !rq) return -1;
     BANDS(
         if (nw == 1) {  /* whole rows: one run, one value */
             const int64_t o = (p * H + i0) * W, n = (i1 - i0) * W;

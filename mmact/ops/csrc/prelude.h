@@ -29,7 +29,7 @@ static inline int64_t mmact_threads(int64_t n, int64_t threads,
                                            (min_per_thread));              \
         int64_t step_r = ((n) + nt_r - 1) / nt_r;                          \
         step_r = (step_r + (align) - 1) / (align) * (align);               \
-        if (nt_r == 1) { /* no parallel region: entering one costs us */   \
+        if (nt_r == 1) { /* even a one-thread region is a runtime call */ \
             const int64_t s = 0, e = (n), t = 0;                           \
             (void)t;                                                       \
             if (s < e) CALL;                                               \

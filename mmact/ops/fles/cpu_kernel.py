@@ -16,7 +16,11 @@ non-overlapping window grid (tiles cut at the border, or one global window):
 Per-window values are expanded once per band of tile rows into a row of W
 floats, so the inner loops run over whole contiguous rows and vectorize;
 window sums accumulate per column over a band and are then reduced per
-window in double. Gates: sigmoid (``tanh_gate`` is sigmoid with c = 2),
+window in double. With one window per row (a global window, whole-row
+tiles) a band is one contiguous run with one scale pair, taken in a single
+loop that sums in double. An entry whose row buffers cannot be allocated
+returns -1, raised here as ``MemoryError`` (the operator raises a
+``RuntimeError`` naming the pass). Gates: sigmoid (``tanh_gate`` is sigmoid with c = 2),
 erf (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7) and tanh(softplus).
 The source (``mmact/ops/csrc/fles.c``, entries declared in ``fles.h``) is
 built for the host's ISA by :mod:`mmact.ops.cpu_build`.
@@ -75,6 +79,11 @@ class FleSCpuKernel:
 
     def _run(self, name: str, planes: int, geom: WindowGeometry,
              args: tuple) -> None:
+        """Call the entry ``name`` over ``planes`` planes.
+
+        Raises:
+            MemoryError: The kernel's row buffers could not be allocated.
+        """
         h, w = geom.height, geom.width
         status = self.lib[f'{name}_run'](*args, h, w, *geom.window, *geom.grid,
                                          planes,
