@@ -1,10 +1,10 @@
 // FleS on tiles or a global window as a torch operator, mmact::fles: the
-// pixel passes of fles.c (compiled into this library), the scale MLP as
-// ATen calls, the backward as a C++ autograd node, and a Python module
-// (mmact_fles_op) with an entry for it. The Python path
-// (mmact/ops/fles/fused.py) pays ~10 Python-level torch calls for the MLP
-// each way and four ctypes calls; here they cost what ATen calls from C++
-// do. mmact/ops/fles/scales.py is the reference of the MLP math.
+// pixel passes of fles.c (compiled into this library), the scale MLP and
+// its VJP (plain loops on small grids, ATen matmuls on large ones), the
+// backward as a C++ autograd node, and a Python module (mmact_fles_op) with
+// an entry for it. The Python path (mmact/ops/fles/fused.py) pays ~10
+// Python-level torch calls for the MLP each way and four ctypes calls.
+// mmact/ops/fles/scales.py is the reference of the MLP math.
 //
 // Schema: (Tensor x, Tensor fc1_weight, Tensor fc1_bias, Tensor fc2_weight,
 // Tensor fc2_bias, int kh, int kw, str gate, str mode) -> Tensor.

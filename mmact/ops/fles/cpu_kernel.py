@@ -20,8 +20,9 @@ window in double. With one window per row (a global window, whole-row
 tiles) a band is one contiguous run with one scale pair, taken in a single
 loop that sums in double. An entry whose row buffers cannot be allocated
 returns -1, raised here as ``MemoryError`` (the operator raises a
-``RuntimeError`` naming the pass). Gates: sigmoid (``tanh_gate`` is sigmoid with c = 2),
-erf (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7) and tanh(softplus).
+``RuntimeError`` naming the pass). Gates: sigmoid (``tanh_gate`` is
+sigmoid with c = 2), erf (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7)
+and tanh(softplus).
 The source (``mmact/ops/csrc/fles.c``, entries declared in ``fles.h``) is
 built for the host's ISA by :mod:`mmact.ops.cpu_build`.
 """
