@@ -18,8 +18,8 @@ import torch.autograd.forward_ad as _forward_ad
 
 __all__ = [
     'TORCH_MIN', 'TORCH_TESTED', 'TORCH_VERSION', 'TRITON_MIN',
-    'VERSIONED_APIS', 'parse_version', 'check_torch', 'is_tracing',
-    'forward_ad_active', 'autocast_may_apply', 'triton_version',
+    'VERSIONED_APIS', 'parse_version', 'check_torch', 'is_compiling',
+    'is_tracing', 'forward_ad_active', 'autocast_may_apply', 'triton_version',
     'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
     'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
     'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
@@ -84,9 +84,10 @@ check_torch()
 # torch.compiler.is_compiling is new in 2.3. Before it dynamo folds
 # torch._utils.is_compiling to True while tracing (torch/_dynamo/config.py,
 # constant_functions), which needs no dynamo import.
-_is_compiling = getattr(torch.compiler, 'is_compiling', None)
-if _is_compiling is None:
-    from torch._utils import is_compiling as _is_compiling
+# Code that calls a native entry dynamo cannot trace asks is_compiling first.
+is_compiling = getattr(torch.compiler, 'is_compiling', None)
+if is_compiling is None:
+    from torch._utils import is_compiling
 
 _jit_tracing = torch._C._is_tracing
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
@@ -106,8 +107,8 @@ def is_tracing() -> bool:
     """
     # torch.jit.is_tracing and _get_current_dispatch_mode without their
     # Python wrappers (asked on every activation call); dynamo folds
-    # _is_compiling() to True and never reaches the other two.
-    return (_is_compiling() or _jit_tracing() or _dispatch_stack_len() > 0)
+    # is_compiling() to True and never reaches the other two.
+    return (is_compiling() or _jit_tracing() or _dispatch_stack_len() > 0)
 
 
 def forward_ad_active() -> bool:

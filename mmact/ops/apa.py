@@ -57,13 +57,14 @@ implementation takes the raw parameters and clamps / expands them itself:
   :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`); the dynamo exporter, the
   default in torch 2.14, additionally needs ``onnxscript``.
 """
-from typing import Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..versions import forward_ad_active, is_tracing, needs_input_grad
+from ..versions import (forward_ad_active, is_compiling, is_tracing,
+                        needs_input_grad)
 from . import backends
 from .apa_cpu_kernel import get_kernel, get_ops
 from .second_derivative import refuse_second_derivative
@@ -375,6 +376,11 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     ``op`` is :func:`~mmact.ops.apa_cpu_kernel.get_ops`' operator, which
     records its own (C++) autograd node; ``c`` calls the same kernels
     through ctypes from :class:`_APAFunction` / :class:`_AGLUFunction`.
+
+    Once a call took ``op``, :func:`apa` / :func:`aglu` hand each call to
+    the operator's Python entry first (until the settings change): it takes
+    the ``op`` calls (the checks of this table in C++, without Python) and
+    declines the others, and those not compiled, with None.
     """
     if is_tracing():  # first: tracers reject reading x.layout
         return 'composite' if torch.onnx.is_in_onnx_export() else 'traced'
@@ -383,13 +389,28 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     if backends.takes_triton(x):
         return 'triton'
     if (x.is_cpu and x.dtype in _C_DTYPES and kappa.dtype is _F32
-            and lam.dtype is _F32 and type(x) in _PLAIN_TYPES
-            and x.layout == torch.strided and backends.settings().cpu_kernels):
+            and lam.dtype is _F32 and kappa.is_cpu and lam.is_cpu
+            and type(x) in _PLAIN_TYPES and x.layout == torch.strided
+            and backends.settings().cpu_kernels):
         if get_ops() is not None:
             return 'op'
         if get_kernel() is not None:
             return 'c'
     return 'torch'
+
+
+#: The operators' Python entries (``get_ops()``) while the settings in force
+#: send ``op`` calls to them: set by the first such call, dropped when
+#: :func:`mmact.ops.backends.configure` runs.
+_entries: Optional[Dict[str, Callable]] = None
+
+
+def _drop_entries() -> None:
+    global _entries
+    _entries = None
+
+
+backends.on_change(_drop_entries)
 
 
 def _eta_apply(name: str, ctx, x: Tensor, kappa: Tensor, lam: Tensor,
@@ -478,7 +499,9 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     lam = lambda_ if isinstance(lambda_, Tensor) else _as_param(lambda_, x)
     impl = _implementation(x, kappa, lam)
     if impl == 'op':
-        return get_ops()[op](x, kappa, lam, lambda_min, channel_dim)
+        global _entries
+        _entries = get_ops()
+        return _entries[op](x, kappa, lam, float(lambda_min), int(channel_dim))
     if impl == 'composite':
         return _composite(op, x, kappa, lam, lambda_min, channel_dim)
     if not (torch.is_grad_enabled() and
@@ -516,6 +539,10 @@ def apa(x: Tensor,
     Returns:
         Tensor: ``eta(x)`` with the dtype and shape of ``x``.
     """
+    if _entries is not None and not is_compiling():
+        y = _entries['apa'](x, kappa, lambda_, lambda_min, channel_dim)
+        if y is not None:
+            return y
     return _run(_APAFunction, x, kappa, lambda_, lambda_min, channel_dim,
                 'apa')
 
@@ -542,6 +569,10 @@ def aglu(x: Tensor,
     Returns:
         Tensor: ``x * eta(x)`` with the dtype and shape of ``x``.
     """
+    if _entries is not None and not is_compiling():
+        y = _entries['aglu'](x, kappa, lambda_, lambda_min, channel_dim)
+        if y is not None:
+            return y
     return _run(_AGLUFunction, x, kappa, lambda_, lambda_min, channel_dim,
                 'aglu')
 

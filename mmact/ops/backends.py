@@ -25,7 +25,7 @@ import functools
 import os
 import warnings
 from dataclasses import dataclass, replace
-from typing import Iterator, Optional
+from typing import Callable, Iterator, List, Optional
 
 import torch
 from torch import Tensor
@@ -35,7 +35,8 @@ from ..versions import (TRITON_MIN, is_tracing, triton_interpreter_available,
 
 __all__ = [
     'BackendSettings', 'TRITON_MODES', 'TRITON_DTYPES', 'settings',
-    'configure', 'configure_from_env', 'using', 'use_triton', 'takes_triton'
+    'configure', 'configure_from_env', 'using', 'use_triton', 'takes_triton',
+    'on_change'
 ]
 
 #: ``BackendSettings.triton`` values: Triton for CUDA tensors, for none,
@@ -91,6 +92,7 @@ def _check(new: BackendSettings) -> None:
 
 
 _settings = BackendSettings()
+_listeners: List[Callable[[], None]] = []
 
 
 def settings() -> BackendSettings:
@@ -125,7 +127,19 @@ def configure(triton: Optional[str] = None,
         new = replace(new, cpu_kernels=cpu_kernels)
     _check(new)
     old, _settings = _settings, new
+    for listener in _listeners:
+        listener()
     return old
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` whenever :func:`configure` sets the backends
+    (ops that cache what the settings decided drop it there).
+
+    Args:
+        listener: A function of no arguments.
+    """
+    _listeners.append(listener)
 
 
 def configure_from_env() -> BackendSettings:

@@ -23,6 +23,7 @@ def path(request, monkeypatch):
         pytest.skip('no C++ compiler or ninja: the operators are not built')
     if request.param == 'c':
         monkeypatch.setattr(apa_mod, 'get_ops', lambda: None)
+        monkeypatch.setattr(apa_mod, '_entries', None)
     return request.param
 
 
@@ -162,7 +163,8 @@ def test_operator_node_keeps_autograd_rules(name):
 def test_forward_mode_ad_carries_tangents(name, path):
     """Under forward-mode AD the ops run standard ops, whose tangents (of
     the input and the parameters) match central differences in float64;
-    the operators called directly refuse tangents rather than drop them."""
+    the operators' Python entries decline tangents, and the operators
+    called directly refuse them rather than drop them."""
     import torch.autograd.forward_ad as fwAD
     x, k, lam, _ = _inputs((2, 8, 4, 4), 8)
     tangents = [torch.randn_like(t) for t in (x, k, lam)]
@@ -170,8 +172,9 @@ def test_forward_mode_ad_carries_tangents(name, path):
         duals = [fwAD.make_dual(p, t) for p, t in zip((x, k, lam), tangents)]
         y = fwAD.unpack_dual(OPS[name](*duals))
         if path == 'op':
+            assert get_ops()[name](duals[0], k, lam, 1e-4, 1) is None
             with pytest.raises(RuntimeError, match='no forward-mode'):
-                get_ops()[name](duals[0], k, lam, 1e-4, 1)
+                getattr(torch.ops.mmact, name)(duals[0], k, lam, 1e-4, 1)
     # central differences of the float64 op along the tangents
     h = 1e-6
     f = [
@@ -184,27 +187,57 @@ def test_forward_mode_ad_carries_tangents(name, path):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
-def test_operator_entry_errors_name_the_arguments(name):
-    """The operators' Python entries refuse other arguments, and the
-    operators other devices, with errors that say what they take."""
+def test_operator_entry_takes_what_dispatch_sends(name):
+    """The operators' Python entries take the calls the Python dispatch
+    sends to ``op`` and decline (None) the others, which it decides; the
+    operators refuse other devices with an error that says what they
+    take."""
     ops = get_ops()
     if ops is None:
         pytest.skip('no C++ compiler or ninja: the operators are not built')
+    from torch.testing._internal.logging_tensor import LoggingTensor
     x, one = torch.randn(2, 8, 3), torch.ones(1)
-    with pytest.raises(
-            TypeError,
-            match=r'\(x, kappa, lambda_, lambda_min: '
-            r'float, channel_dim: int\) takes three tensors'):
-        ops[name](x, one, 1.0, 1e-4, 1)
-    with pytest.raises(TypeError, match='takes three tensors'):
-        ops[name](x, one, one, 1e-4)
-    with pytest.raises(TypeError, match='must be real number'):
-        ops[name](x, one, one, 'small', 1)
-    torch.testing.assert_close(ops[name](x, one, one, 1, 1),
-                               ops[name](x, one, one, 1.0, 1))
+    assert ops[name](x, one, one, 1e-4, 1) is not None
+    for args in ((x, one, 1.0, 1e-4, 1), (x, one, one, 1e-4),
+                 (x, one, one, 'small', 1), (x, one, one, 1, 1),
+                 (x, one, one, 0.0, 1), (x, one, one, 1e-4,
+                                         1.0), (x.double(), one, one, 1e-4, 1),
+                 (x, one.double(), one, 1e-4,
+                  1), (x.to_sparse(), one, one, 1e-4,
+                       1), (x.to('meta'), one, one, 1e-4,
+                            1), (LoggingTensor(x), one, one, 1e-4, 1)):
+        assert ops[name](*args) is None
+    with torch._subclasses.FakeTensorMode():
+        assert ops[name](torch.randn(2, 8, 3), one, one, 1e-4, 1) is None
+    traced = []
+    torch.jit.trace(
+        lambda t: traced.append(ops[name](t, one, one, 1e-4, 1)) or t * 2,
+        x,
+        check_trace=False)
+    assert traced == [None]
     with pytest.raises(
             RuntimeError, match=r'run on CPU tensors \(got x on meta\)'):
-        ops[name](x.to('meta'), one, one, 1e-4, 1)
+        getattr(torch.ops.mmact, name)(x.to('meta'), one, one, 1e-4, 1)
+
+
+def test_settings_change_drops_the_operator_entries():
+    """A call that takes the operators makes apa / aglu try their entries
+    first; configuring the backends drops that, so that switching the C
+    kernels off takes effect on the next call."""
+    if get_ops() is None:
+        pytest.skip('no C++ compiler or ninja: the operators are not built')
+    x, k, lam, _ = _inputs((2, 8, 3), 8)
+    want = aglu(x, k, lam)
+    assert apa_mod._entries is get_ops()
+    with backends.using(cpu_kernels=False):
+        assert apa_mod._entries is None
+        y = aglu(x.requires_grad_(), k, lam)
+        assert y.grad_fn.name() != 'mmact::aglu_backward'
+        assert apa_mod._entries is None
+    torch.testing.assert_close(y, want)
+    assert apa_mod._entries is None
+    assert aglu(x, k, lam).grad_fn.name() == 'mmact::aglu_backward'
+    assert apa_mod._entries is get_ops()
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])

@@ -181,7 +181,7 @@ template <const Entries& E>
 at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
                     const at::Tensor& lambda, double lambda_min,
                     int64_t channel_dim) {
-  mmact::refuse_tangents({x, kappa, lambda}, E.name);
+  mmact::refuse_tangents(E.name, x, kappa, lambda);
   const bool record =
       at::GradMode::is_enabled() &&
       (x.requires_grad() || kappa.requires_grad() || lambda.requires_grad());
@@ -207,10 +207,13 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
 using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, double, int64_t);
 
-// The Python entry of an operator: what a native binding does (unpack the
-// arguments, release the GIL, call through the dispatcher, so autograd and
-// dispatch modes apply), for ~2 us less per call than torch.ops' boxed call,
-// which is as much as the whole kernel on a small tensor.
+// The Python entry of an operator, what mmact.ops.apa / aglu call first:
+// for a call the operator takes (plain float32 / float16 / bfloat16 strided
+// CPU input, float32 CPU parameters, a float lambda_min > 0, an int
+// channel_dim, mmact::direct_call) it unpacks the arguments and calls
+// through the dispatcher, so autograd applies, for ~2 us less than
+// torch.ops' boxed call; any other call it declines with None, and
+// mmact.ops.apa._implementation picks another implementation.
 template <const Entries& E>
 PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
@@ -218,22 +221,29 @@ PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                              .findSchemaOrThrow(
                                  (std::string("mmact::") + E.name).c_str(), "")
                              .typed<Signature>();
-  TORCH_CHECK_TYPE(nargs == 5 && THPVariable_Check(args[0]) &&
-                       THPVariable_Check(args[1]) &&
-                       THPVariable_Check(args[2]) && PyLong_Check(args[4]),
-                   E.name, "(x, kappa, lambda_, lambda_min: float, ",
-                   "channel_dim: int) takes three tensors, a number, an int");
+  if (nargs != 5 || !THPVariable_CheckExact(args[0]) ||
+      !THPVariable_CheckExact(args[1]) || !THPVariable_CheckExact(args[2]) ||
+      !PyFloat_Check(args[3]) || !PyLong_Check(args[4])) {
+    Py_RETURN_NONE;
+  }
   const at::Tensor &x = THPVariable_Unpack(args[0]),
                    &kappa = THPVariable_Unpack(args[1]),
                    &lambda = THPVariable_Unpack(args[2]);
-  const double lambda_min = PyFloat_AsDouble(args[3]);
+  const at::ScalarType dtype = x.scalar_type();
+  const double lambda_min = PyFloat_AS_DOUBLE(args[3]);
+  if (!(x.is_cpu() && x.layout() == at::kStrided &&
+        (dtype == at::kFloat || dtype == at::kHalf ||
+         dtype == at::kBFloat16) &&
+        kappa.is_cpu() && kappa.scalar_type() == at::kFloat &&
+        lambda.is_cpu() && lambda.scalar_type() == at::kFloat &&
+        lambda_min > 0 && mmact::direct_call(x, kappa, lambda))) {
+    Py_RETURN_NONE;
+  }
   const int64_t channel_dim = PyLong_AsLongLong(args[4]);
   if (PyErr_Occurred()) return nullptr;
-  at::Tensor y;
-  {
-    pybind11::gil_scoped_release no_gil;
-    y = op.call(x, kappa, lambda, lambda_min, channel_dim);
-  }
+  at::Tensor y = mmact::call_from_python(x.numel(), [&] {
+    return op.call(x, kappa, lambda, lambda_min, channel_dim);
+  });
   return THPVariable_Wrap(std::move(y));
   END_HANDLE_TH_ERRORS
 }

@@ -506,7 +506,7 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
                     const at::Tensor& b1, const at::Tensor& w2,
                     const at::Tensor& b2, int64_t kh, int64_t kw,
                     c10::string_view gate, c10::string_view mode) {
-  mmact::refuse_tangents({x, w1, b1, w2, b2}, "fles");
+  mmact::refuse_tangents("fles", x, w1, b1, w2, b2);
   const bool record = at::GradMode::is_enabled() &&
                       (x.requires_grad() || w1.requires_grad() ||
                        b1.requires_grad() || w2.requires_grad() ||

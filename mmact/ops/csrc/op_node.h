@@ -1,13 +1,16 @@
 // What mmact's C++ operators share (apa_op.cpp, fles_op.cpp): creating an
 // autograd node on every supported torch, refusing a second derivative and
-// forward-mode tangents, and their Python module.
+// forward-mode tangents, the Python entries' checks and GIL policy, and
+// their Python module.
 #ifndef MMACT_OP_NODE_H
 #define MMACT_OP_NODE_H
+#include <ATen/TracerMode.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -49,14 +52,45 @@ inline torch::autograd::variable_list once_differentiable(
   return error.apply(std::move(grads));
 }
 
+// Whether any of the tensors carries a forward-mode tangent (level 0, as
+// torch's isFwGradDefined). By reference: on newer torch a copy of a tensor
+// handle whose Python object is alive takes the GIL.
+template <typename... T>
+bool any_tangent(const T&... inputs) {
+  return ((inputs.defined() && inputs._fw_grad(0).defined()) || ...);
+}
+
 // What a Function without a jvp does: refuse rather than drop tangents.
-inline void refuse_tangents(std::initializer_list<at::Tensor> inputs,
-                            const char* name) {
-  for (const at::Tensor& t : inputs) {
-    TORCH_CHECK(!torch::autograd::isFwGradDefined(t), "mmact::", name,
-                " has no forward-mode derivative (jvp); use reverse mode ",
-                "(backward, torch.autograd.grad)");
-  }
+template <typename... T>
+void refuse_tangents(const char* name, const T&... inputs) {
+  TORCH_CHECK(!any_tangent(inputs...), "mmact::", name,
+              " has no forward-mode derivative (jvp); use reverse mode ",
+              "(backward, torch.autograd.grad)");
+}
+
+// Whether a call from Python may go straight to a kernel: nothing records
+// or redirects ops (the JIT tracer, a Python dispatch mode such as fake
+// tensors) and no input carries a tangent. The Python entries decline the
+// other calls (they return None), which the Python dispatch decides.
+template <typename... T>
+bool direct_call(const T&... inputs) {
+  return !at::tracer::impl::is_dispatch_enabled() &&
+         c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
+         !any_tangent(inputs...);
+}
+
+// Runs a Python entry's call with the GIL held when the input is small:
+// releasing and re-taking it costs more than a small kernel (~0.4 us, and
+// on newer torch every copy of a tensor handle made meanwhile takes it
+// again). A large call releases it for other Python threads, as torch's
+// own bindings do.
+constexpr int64_t kReleaseGilNumel = int64_t{1} << 16;
+
+template <typename F>
+at::Tensor call_from_python(int64_t numel, F&& call) {
+  if (numel < kReleaseGilNumel) return call();
+  pybind11::gil_scoped_release no_gil;
+  return call();
 }
 
 }  // namespace mmact

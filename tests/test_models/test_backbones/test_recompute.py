@@ -135,8 +135,9 @@ def test_float32_kernel_path_rebuilds_inside_backward(monkeypatch):
     plain(x)[0].square().mean().backward()
     # count the kernels' calls through ctypes (the torch operators that
     # serve the per-call path otherwise are one C++ call each)
-    monkeypatch.setattr(
-        importlib.import_module('mmact.ops.apa'), 'get_ops', lambda: None)
+    apa_mod = importlib.import_module('mmact.ops.apa')
+    monkeypatch.setattr(apa_mod, 'get_ops', lambda: None)
+    monkeypatch.setattr(apa_mod, '_entries', None)
     kernel = get_kernel()
     calls = []
 
