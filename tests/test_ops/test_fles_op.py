@@ -31,7 +31,7 @@ def _inputs(shared=False, seed=0, c=4, hidden=2):
 
 
 def _call(x, params, window=(3, 4), gate='sigmoid', mode='positive'):
-    return get_fles_operator()(x, *params, *window, gate, mode)
+    return torch.ops.mmact.fles(x, *params, *window, gate, mode)
 
 
 def test_one_autograd_node_and_none_without_grad():
@@ -115,13 +115,34 @@ def test_forward_mode_is_refused():
             _call(dual, params)
 
 
-def test_errors_name_the_arguments():
-    op = get_fles_operator()
+def test_python_entry_takes_what_dispatch_sends():
+    """The Python entry takes plain contiguous float32 CPU calls (the same
+    result as the operator) and declines the others (None), which
+    mmact.ops.fles.fused decides."""
+    from torch.testing._internal.logging_tensor import LoggingTensor
+    entry = get_fles_operator()
     x, params = _inputs()
-    with pytest.raises(TypeError, match='five tensors, two ints'):
-        op(x, *params, 3, 4, 'sigmoid')
-    with pytest.raises(TypeError, match='five tensors, two ints'):
-        op(x, *params, 3.0, 4, 'sigmoid', 'positive')
+    torch.testing.assert_close(
+        entry(x, *params, 3, 4, 'sigmoid', 'positive'), _call(x, params))
+    xt = x.transpose(2, 3).contiguous().transpose(2, 3)
+    for args in ((x, *params, 3, 4, 'sigmoid'), (x, *params, 3.0, 4, 'sigmoid',
+                                                 'positive'),
+                 (x.double(), *params, 3, 4, 'sigmoid', 'positive'),
+                 (x, params[0].double(), *params[1:], 3, 4, 'sigmoid',
+                  'positive'), (xt, *params, 3, 4, 'sigmoid', 'positive'),
+                 (LoggingTensor(x), *params, 3, 4, 'sigmoid', 'positive')):
+        assert entry(*args) is None
+    with torch._subclasses.FakeTensorMode():
+        fake = torch.randn(2, 4, 6, 7)
+        assert entry(fake, *params, 3, 4, 'sigmoid', 'positive') is None
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        assert entry(dual, *params, 3, 4, 'sigmoid', 'positive') is None
+
+
+def test_errors_name_the_arguments():
+    x, params = _inputs()
     with pytest.raises(ValueError, match="unknown gate 'relu'.*tanh_gate"):
         _call(x, params, gate='relu')
     with pytest.raises(ValueError, match="mode 'softplus'.*positive or mean"):

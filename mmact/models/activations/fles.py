@@ -45,7 +45,8 @@ from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
                             fles_proto_scales, fles_reference, fles_scales,
                             fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
-from mmact.versions import autocast_may_apply
+from mmact.ops.fles.fused import operator_entry, operator_window
+from mmact.versions import autocast_may_apply, is_compiling
 
 from .base import LearnableActivation
 
@@ -56,6 +57,15 @@ _DATA_FORMATS = (None, 'channels_first', 'channels_last')
 MLP_LAYOUTS = {'shared': fles_shared_mlp_scales, 'separate': fles_mlp_scales}
 #: A gate value above this is in the saturation regime (FleS App. E.1).
 SATURATION_THRESHOLD = 0.9
+
+# The attributes a layer's calls follow from (set at construction; setting
+# one later drops the operator windows remembered per input shape) and how
+# many input shapes a layer remembers (multi-scale training sees many).
+_CALL_CONFIG = frozenset({
+    'fused', 'proto', 'gate', 'indicator', 'window_size', 'window_grid',
+    'stride', 'mlp_layout', 'data_format'
+})
+_REMEMBERED_SHAPES = 32
 
 
 def _positive_int(value, name: str) -> int:
@@ -176,6 +186,9 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                  inplace: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
+        # input shape -> the C++ operator's window, for the shapes whose
+        # calls took the operator (a whole call's Python, ~15 us, saved)
+        self._operator_windows: Dict[torch.Size, Tuple[int, int]] = {}
         if gate not in FLES_GATES:
             raise ValueError(
                 f'FleS: unknown gate {gate!r}; choose one of {FLES_GATES}')
@@ -238,6 +251,11 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                 self.register_parameter(name, param)
         if not self.has_uninitialized_params():
             self.reset_parameters()
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _CALL_CONFIG and '_operator_windows' in self.__dict__:
+            self._operator_windows.clear()  # they follow from the config
+        super().__setattr__(name, value)
 
     # ------------------------------------------------------------------
     def _check_reduction(self, channels: int) -> None:
@@ -391,6 +409,18 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         Returns:
             Tensor: Same shape and dtype as ``x``.
         """
+        if self._operator_windows and hw_shape is None and not is_compiling():
+            window = self._operator_windows.get(x.shape)
+            entry = operator_entry()
+            if window is not None and entry is not None:
+                # None where the entry declines (its checks: a plain
+                # contiguous float32 CPU map, weights alike, no tracer)
+                params = self._parameters
+                y = entry(x, params.get('fc1_weight'), params.get('fc1_bias'),
+                          params.get('fc2_weight'), params.get('fc2_bias'),
+                          *window, self.gate, self.indicator)
+                if y is not None:
+                    return y
         xc, layout = self._channels_first(x, hw_shape)
         in_dtype = x.dtype
         low_precision = in_dtype in (torch.float16, torch.bfloat16)
@@ -399,7 +429,7 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
               if autocast_may_apply(device_type) else nullcontext()):
             if low_precision:
                 xc = xc.float()
-            y = self._fles(xc)
+            y = self._fles(xc, remember=layout == 'nchw' and hw_shape is None)
             if low_precision:
                 y = y.to(in_dtype)
 
@@ -494,7 +524,9 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             gamma, beta = self.ind_gamma.to(x.dtype), self.ind_beta.to(x.dtype)
         return dict(mode=self.indicator, gamma=gamma, beta=beta, eta=self.eta)
 
-    def _fles(self, x: Tensor) -> Tensor:
+    def _fles(self, x: Tensor, remember: bool = False) -> Tensor:
+        """FleS on an ``(N, C, H, W)`` map; ``remember``: ``x`` is the
+        layer's own input, whose shape :meth:`forward` may remember."""
         if self.proto:
             k_ve, k_ho = fles_proto_scales(x, self.proto_alpha.float(),
                                            self.proto_gamma.float())
@@ -513,6 +545,11 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             **self._indicator_kwargs(x))
         params = self._mlp_params(x)
         if self.fused and x.is_contiguous():
+            if remember and len(self._operator_windows) < _REMEMBERED_SHAPES:
+                window = operator_window(x, geom, self.gate, self.indicator,
+                                         kwargs['scale_fn'], params)
+                if window is not None:
+                    self._operator_windows[x.shape] = window
             return fles_fused(x, geom, params, **kwargs)
         return fles_reference(x, geom, params, **kwargs)
 

@@ -404,6 +404,9 @@ Forward forward_cpu(const at::Tensor& x, const at::Tensor& w1,
                     const at::Tensor& b1, const at::Tensor& w2,
                     const at::Tensor& b2, const Grid& g, const Gate& gate,
                     int64_t mode) {
+  // The MLP's matmuls stay float32 under autocast (the Python path leaves
+  // autocast around FleS).
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   at::Tensor ind = g.windows(x), div = g.windows(x);
   stage("fles.stats", [&] {
     check_kernel(fles_stats_run(x.data_ptr<float>(), ind.data_ptr<float>(),
@@ -453,6 +456,8 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
     variable_list out;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
+      c10::impl::ExcludeDispatchKeyGuard no_autocast(
+          c10::autocast_dispatch_keyset);
       const Grid g(x, kh_, kw_);
       const at::Tensor go = grads[0].to(at::kFloat).contiguous();
       at::Tensor gx = at::empty_like(x);
@@ -547,8 +552,10 @@ using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, int64_t, int64_t,
                              c10::string_view, c10::string_view);
 
-// The Python entry (as apa_op.cpp's): unpack, release the GIL, call
-// through the dispatcher.
+// The Python entry (as apa_op.cpp's), what FleS layers and
+// mmact.ops.fles.fused call: it takes a call on a plain contiguous float32
+// CPU map with float32 CPU MLP weights (mmact::direct_call) and declines any
+// other with None, which mmact.ops.fles.fused._implementation decides.
 PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   static const auto op = c10::Dispatcher::singleton()
@@ -556,25 +563,32 @@ PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                              .typed<Signature>();
   bool ok = nargs == 9 && PyLong_Check(args[5]) && PyLong_Check(args[6]) &&
             PyUnicode_Check(args[7]) && PyUnicode_Check(args[8]);
-  for (Py_ssize_t i = 0; ok && i < 5; ++i) ok = THPVariable_Check(args[i]);
-  TORCH_CHECK_TYPE(ok, "fles(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, "
-                   "kh: int, kw: int, gate: str, mode: str) takes five "
-                   "tensors, two ints and two strings");
+  for (Py_ssize_t i = 0; ok && i < 5; ++i) {
+    ok = THPVariable_CheckExact(args[i]) &&
+         THPVariable_Unpack(args[i]).is_cpu() &&
+         THPVariable_Unpack(args[i]).scalar_type() == at::kFloat;
+  }
+  if (!ok) Py_RETURN_NONE;
+  const at::Tensor &x = THPVariable_Unpack(args[0]),
+                   &w1 = THPVariable_Unpack(args[1]),
+                   &b1 = THPVariable_Unpack(args[2]),
+                   &w2 = THPVariable_Unpack(args[3]),
+                   &b2 = THPVariable_Unpack(args[4]);
+  if (!(x.layout() == at::kStrided && x.is_contiguous() &&
+        mmact::direct_call(x, w1, b1, w2, b2))) {
+    Py_RETURN_NONE;
+  }
   Py_ssize_t gate_len = 0, mode_len = 0;
   const char* gate = PyUnicode_AsUTF8AndSize(args[7], &gate_len);
   const char* mode = PyUnicode_AsUTF8AndSize(args[8], &mode_len);
   const int64_t kh = PyLong_AsLongLong(args[5]);
   const int64_t kw = PyLong_AsLongLong(args[6]);
   if (PyErr_Occurred()) return nullptr;
-  at::Tensor y;
-  {
-    pybind11::gil_scoped_release no_gil;
-    y = op.call(THPVariable_Unpack(args[0]), THPVariable_Unpack(args[1]),
-                THPVariable_Unpack(args[2]), THPVariable_Unpack(args[3]),
-                THPVariable_Unpack(args[4]), kh, kw,
-                c10::string_view(gate, gate_len),
-                c10::string_view(mode, mode_len));
-  }
+  at::Tensor y = mmact::call_from_python(x.numel(), [&] {
+    return op.call(x, w1, b1, w2, b2, kh, kw,
+                   c10::string_view(gate, gate_len),
+                   c10::string_view(mode, mode_len));
+  });
   return THPVariable_Wrap(std::move(y));
   END_HANDLE_TH_ERRORS
 }

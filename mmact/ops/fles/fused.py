@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
-from ...versions import is_tracing
+from ...versions import forward_ad_active, is_tracing
 from .. import backends
 from .cpu_kernel import FleSCpuKernel, get_fles_kernel, get_fles_operator
 from .gates import NATIVE_BASE, check_gate, fles_gate_and_grad, gate_inplace
@@ -50,7 +50,7 @@ from .scales import (ScaleFn, fles_mlp_scales, fles_shared_mlp_scales,
                      scales_vjp)
 from .tiling import Tiling, window_dot
 
-__all__ = ['fles_fused']
+__all__ = ['fles_fused', 'operator_window', 'operator_entry']
 
 
 def _blocks(planes: int, block: int):
@@ -247,12 +247,17 @@ def _implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
     plain float32 CPU tensor, tiles or a        ``operator``: the whole op
     global window, C kernels on and built,      as ``torch.ops.mmact.fles``
     a gate and indicator the kernel has, an     (``csrc/fles_op.cpp``)
-    MLP layout of :mod:`.scales` in float32
+    MLP layout of :mod:`.scales` with plain
+    float32 CPU weights, no forward-mode AD
     the same but another gate, indicator or     ``c``: the pixel passes
     scale function                              whose gate / indicator the
                                                 C kernel has, the rest torch
     anything else                               ``torch``
     ==========================================  ==========================
+
+    The operator's Python entry takes the ``operator`` calls (these checks
+    in C++) and declines the others with None: FleS layers call it first
+    for the map sizes that took it (:func:`operator_window`).
     """
     if is_tracing():  # first: tracers reject reading x.layout
         return _TORCH
@@ -268,12 +273,47 @@ def _implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
         plan = _Plan('c', kernel, kernel.supports_mode(mode),
                      kernel.supports_gate(gate))
         if (plan.c_stats and plan.c_gate and scale_fn in _OPERATOR_SCALES
-                and all(p.dtype is torch.float32 for p in params)):
+                and not forward_ad_active() and all(
+                    p.dtype is torch.float32 and p.is_cpu
+                    and type(p) in _PLAIN_TYPES for p in params)):
             operator = get_fles_operator()
             if operator is not None:
                 return _Plan('operator', operator=operator)
         return plan
     return _TORCH
+
+
+#: The operator's Python entry while the settings in force send calls to
+#: it: set by a call that took it, dropped when
+#: :func:`mmact.ops.backends.configure` runs.
+_entry: Optional[Callable] = None
+
+
+def _drop_entry() -> None:
+    global _entry
+    _entry = None
+
+
+backends.on_change(_drop_entry)
+
+
+def operator_entry() -> Optional[Callable]:
+    """The C++ operator's Python entry, ``(x, fc1_weight, fc1_bias,
+    fc2_weight, fc2_bias, kh, kw, gate, mode)``, once a call took it under
+    the settings in force (else None). It takes the calls
+    :func:`_implementation` sends to the operator and returns None for the
+    others."""
+    return _entry
+
+
+def operator_window(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
+                    scale_fn: ScaleFn,
+                    params: Sequence[Tensor]) -> Optional[Tuple[int, int]]:
+    """The operator's window ``(kh, kw)`` when :func:`fles_fused` on these
+    arguments runs the operator, else None: a caller that remembers it per
+    input shape can call :func:`operator_entry` directly the next time."""
+    plan = _implementation(x, geom, gate, mode, scale_fn, params)
+    return geom.window if plan.name == 'operator' else None
 
 
 def _stage(name: str):
@@ -441,6 +481,8 @@ def fles_fused(x: Tensor,
     x = x.contiguous()
     plan = _implementation(x, geom, gate, mode, scale_fn, params)
     if plan.name == 'operator':
+        global _entry
+        _entry = plan.operator
         return plan.operator(x, *params, *geom.window, gate, mode)
     if plan.name == 'triton':
         from .triton_path import fles_triton

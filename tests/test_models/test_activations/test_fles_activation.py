@@ -11,6 +11,7 @@ from torch.nn.parameter import UninitializedParameter
 
 import mmact  # noqa: F401
 from mmact.models.activations import FleS
+from mmact.ops.fles import fused as fused_mod
 from mmact.ops.fles import fles_gate
 
 K0 = math.log1p(math.exp(0.6))  # softplus(0.6) ~= 1.0375
@@ -242,6 +243,70 @@ def test_fused_and_composite_agree_in_module():
     torch.testing.assert_close(y1, y2)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(
+    fused_mod.get_fles_operator() is None,
+    reason='no C++ compiler or ninja: the operator is not built')
+def test_layer_calls_the_operator_entry_for_shapes_that_took_it(monkeypatch):
+    """A map shape whose call took the C++ operator goes straight to its
+    entry the next time (same values and gradients, no Python dispatch);
+    other shapes, layouts, a config change and a backends change go
+    through the dispatch again."""
+    torch.manual_seed(6)
+    m = randomize(FleS(channels=8, reduction=4, window_size=(3, 4)))
+    x = torch.randn(2, 8, 6, 8, requires_grad=True)
+    y1 = m(x)
+    assert dict(m._operator_windows) == {x.shape: (3, 4)}
+    g1 = torch.autograd.grad(y1.square().sum(), [x, *m.parameters()])
+    calls = []
+    dispatch = FleS._channels_first
+    monkeypatch.setattr(FleS, '_channels_first',
+                        lambda *a: calls.append(1) or dispatch(*a))
+    y2 = m(x)
+    assert calls == [] and y2.grad_fn.name() == 'mmact::fles_backward'
+    g2 = torch.autograd.grad(y2.square().sum(), [x, *m.parameters()])
+    torch.testing.assert_close(y2, y1)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b)
+    m(x[:, :, :5])  # another shape, a view (not contiguous)
+    m(x.detach().double())  # declined by the entry
+    assert len(calls) == 2 and list(m._operator_windows) == [x.shape]
+    with fused_mod.backends.using(cpu_kernels=False):
+        assert fused_mod.operator_entry() is None
+        torch.testing.assert_close(m(x), y1)
+        assert len(calls) == 3
+    m(x)  # takes the operator again through the dispatch
+    assert len(calls) == 4 and fused_mod.operator_entry() is not None
+    m.fused = False
+    assert m._operator_windows == {}
+    torch.testing.assert_close(m(x), y1)
+    assert len(calls) == 5
+    # tokens and channels_last maps are never remembered
+    tokens = FleS(channels=8, reduction=4)
+    tokens(torch.randn(2, 12, 8))
+    last = FleS(channels=8, reduction=4, data_format='channels_last')
+    last(torch.randn(2, 6, 8, 8))
+    assert tokens._operator_windows == {} == last._operator_windows
+
+
+@pytest.mark.skipif(
+    fused_mod.get_fles_operator() is None,
+    reason='no C++ compiler or ninja: the operator is not built')
+def test_operator_entry_ignores_autocast(cpu_autocast_dtype):
+    """The entry runs the scale MLP in float32 under CPU autocast, as the
+    Python path (which leaves autocast around FleS) does; a grid large
+    enough that the operator's MLP runs as matmuls, which autocast casts."""
+    torch.manual_seed(7)
+    m = randomize(FleS(channels=64, reduction=4, window_size=(2, 2))).eval()
+    x = torch.randn(2, 64, 16, 16)
+    with torch.no_grad():
+        want = m(x)
+        assert list(m._operator_windows) == [x.shape]
+        with torch.autocast('cpu', dtype=cpu_autocast_dtype):
+            got = m(x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want)
 
 
 def test_module_gradcheck_float64():
