@@ -56,25 +56,88 @@ static inline Params channel_params(float k, float l, float lmin) {
     return p;
 }
 
-/* Stage 1: a2 and e = 2^-|a2| of n values z. */
-static inline void stage_exp(Params p, const float* z, int64_t n, float* a2,
-                             float* e) {
-    _Pragma("omp simd")
-    for (int64_t j = 0; j < n; ++j) {
-        const float a = p.lnl2 - p.k2 * z[j];
-        a2[j] = a;
-        e[j] = exp2_nonpos(-__builtin_fabsf(a));
+/* Each channel's constants computed once per range (a logarithm and two
+ * divisions, as much as a short row's math), in a direct-mapped table. */
+#define PARAM_SLOTS 256
+typedef struct {
+    const float *kp, *lp;
+    float lmin;
+    Params p[PARAM_SLOTS];
+    int64_t channel[PARAM_SLOTS];
+} ParamTable;
+
+static inline void table_init(ParamTable* t, const float* kp,
+                              const float* lp, float lmin, int64_t P) {
+    t->kp = kp;
+    t->lp = lp;
+    t->lmin = lmin;
+    const int64_t n = P < PARAM_SLOTS ? P : PARAM_SLOTS;
+    for (int64_t s = 0; s < n; ++s) t->channel[s] = -1;
+}
+
+static inline Params table_get(ParamTable* t, int64_t c) {
+    const int64_t s = c % PARAM_SLOTS;
+    if (t->channel[s] != c) {
+        t->p[s] = channel_params(t->kp[c], t->lp[c], t->lmin);
+        t->channel[s] = c;
     }
+    return t->p[s];
+}
+
+/* A range's position: x viewed as (outer, P, inner), the current row's end
+ * and parameter index (counted from row to row, not divided). */
+typedef struct { int64_t end, c; } Cursor;
+
+static inline Cursor cursor_at(int64_t i, int64_t P, int64_t inner) {
+    const int64_t row = i / inner;
+    Cursor u = {(row + 1) * inner, row % P};
+    return u;
+}
+
+/* The rows of a block [b, be) of at most BLOCK values: per value a2 =
+ * lnl2 - k2 z, nl = -1/l and ki = k/l of its row's parameters, and the
+ * rows' parameter indices and ends (relative to b) in seg_c, seg_end;
+ * returns the row count. The stages below then run over the whole block,
+ * however short the rows (4 x 4 maps, channels-last tokens). */
+static inline int64_t block_rows(ParamTable* t, Cursor* u, int64_t P,
+                                 int64_t inner, const float* z, int64_t b,
+                                 int64_t be, float* a2, float* nl, float* ki,
+                                 int64_t* seg_c, int64_t* seg_end) {
+    int64_t rows = 0;
+    for (int64_t j = b; j < be;) {
+        const int64_t e = u->end < be ? u->end : be;
+        const Params p = table_get(t, u->c);
+        _Pragma("omp simd")
+        for (int64_t q = j - b; q < e - b; ++q) {
+            a2[q] = p.lnl2 - p.k2 * z[q];
+            nl[q] = p.ninvl;
+            ki[q] = p.kinvl;
+        }
+        seg_c[rows] = u->c;
+        seg_end[rows++] = e - b;
+        if (e == u->end) {
+            u->end += inner;
+            if (++u->c == P) u->c = 0;
+        }
+        j = e;
+    }
+    return rows;
+}
+
+/* Stage 1: e = 2^-|a2|. */
+static inline void stage_exp(int64_t n, const float* a2, float* e) {
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < n; ++j) e[j] = exp2_nonpos(-__builtin_fabsf(a2[j]));
 }
 
 /* Forward stage 2: log2(eta) = -log2(1 + 2^a2) / l (softplus in base 2). */
-static inline void stage_log_eta(Params p, int64_t n, const float* a2,
-                                 const float* e, float* log_eta) {
+static inline void stage_log_eta(int64_t n, const float* a2, const float* e,
+                                 const float* nl, float* log_eta) {
     _Pragma("omp simd")
     for (int64_t j = 0; j < n; ++j) {
         const float sp2 = (a2[j] < 0.0f ? 0.0f : a2[j])
                           + log2_1p_from_s(e[j] / (2.0f + e[j]));
-        log_eta[j] = sp2 * p.ninvl;
+        log_eta[j] = sp2 * nl[j];
     }
 }
 
@@ -92,84 +155,111 @@ static inline void stage_sp_g(int64_t n, const float* a2, const float* e,
     }
 }
 
-/* x viewed as (outer, C, inner); parameter c = (i / inner) % C. */
-#define SEGMENT_LOOP(...)                                                  \
-    int64_t i = start;                                                     \
-    while (i < end) {                                                      \
-        const int64_t c = (i / inner) % C;                                 \
-        int64_t seg = (i / inner + 1) * inner;                             \
-        if (seg > end) seg = end;                                          \
-        const Params p = channel_params(kp[c], lp[c], lmin);               \
-        __VA_ARGS__                                                        \
-        i = seg;                                                           \
-    }
-
+/* Forward over [start, end), a block at a time. */
 #define FWD(NAME, Y)                                                       \
 static void NAME(const float* x, float* y, const float* kp,                \
                  const float* lp, float lmin, int64_t C, int64_t inner,    \
                  int64_t start, int64_t end) {                             \
-    float a2[BLOCK], e[BLOCK], log_eta[BLOCK];                             \
-    SEGMENT_LOOP(                                                          \
-        for (int64_t b = i; b < seg; b += BLOCK) {                         \
-            const int64_t n = b + BLOCK < seg ? BLOCK : seg - b;           \
-            const float* zb = x + b;                                       \
-            float* yb = y + b;                                             \
-            stage_exp(p, zb, n, a2, e);                                    \
-            stage_log_eta(p, n, a2, e, log_eta);                           \
-            _Pragma("omp simd")                                            \
-            for (int64_t j = 0; j < n; ++j) {                              \
-                const float z = zb[j], eta = exp2_nonpos(log_eta[j]);      \
-                (void)z;                                                   \
-                yb[j] = Y;                                                 \
-            }                                                              \
+    float a2[BLOCK], nl[BLOCK], ki[BLOCK], e[BLOCK], log_eta[BLOCK];       \
+    int64_t seg_c[BLOCK], seg_end[BLOCK];                                  \
+    ParamTable table;                                                      \
+    table_init(&table, kp, lp, lmin, C);                                   \
+    Cursor u = cursor_at(start, C, inner);                                 \
+    for (int64_t b = start; b < end; b += BLOCK) {                         \
+        const int64_t n = b + BLOCK < end ? BLOCK : end - b;               \
+        const float* zb = x + b;                                           \
+        float* yb = y + b;                                                 \
+        block_rows(&table, &u, C, inner, zb, b, b + n, a2, nl, ki, seg_c,  \
+                   seg_end);                                               \
+        stage_exp(n, a2, e);                                               \
+        stage_log_eta(n, a2, e, nl, log_eta);                              \
+        _Pragma("omp simd")                                                \
+        for (int64_t j = 0; j < n; ++j) {                                  \
+            const float z = zb[j], eta = exp2_nonpos(log_eta[j]);          \
+            (void)z;                                                       \
+            yb[j] = Y;                                                     \
         }                                                                  \
-    )                                                                      \
+    }                                                                      \
 }
 
 FWD(apa_fwd_range, eta)
 FWD(aglu_fwd_range, z * eta)
 
-/* Backward of n <= BLOCK values z with output gradients go: writes gx and
- * adds the block's parameter-gradient sums to *dk, *dl:
- *   APA:  gx = go*eta*g*k/l, dk += go*eta*g*z, dl += go*eta*(sp-g)
- *   AGLU: gx = go*eta*(1 + k z g / l), dk += go*eta*g*z^2,
- *         dl += go*eta*z*(sp-g)
- * (the caller scales the kappa sums by 1/l and the lambda sums by 1/l^2). */
+/* Backward of a block of n <= BLOCK values z (a2, nl, ki from block_rows)
+ * with output gradients go: writes gx and each value's terms of the
+ * parameter-gradient sums to sk, sl:
+ *   APA:  gx = go*eta*g*k/l, sk = go*eta*g*z, sl = go*eta*(sp-g)
+ *   AGLU: gx = go*eta*(1 + k z g / l), sk = go*eta*g*z^2,
+ *         sl = go*eta*z*(sp-g)
+ * (the kappa sums are scaled by 1/l and the lambda sums by 1/l^2 at the
+ * end, param_grads). */
 #define BWD_BLOCK(NAME, GX, SK, SL)                                        \
-static inline void NAME(Params p, const float* zb, const float* go,        \
-                        float* gx, int64_t n, double* dk, double* dl) {    \
-    float a2[BLOCK], e[BLOCK], sp2[BLOCK], g[BLOCK];                       \
-    stage_exp(p, zb, n, a2, e);                                            \
+static inline void NAME(const float* a2, const float* nl, const float* ki, \
+                        const float* zb, const float* go, float* gx,       \
+                        int64_t n, float* sk, float* sl) {                 \
+    float e[BLOCK], sp2[BLOCK], g[BLOCK];                                  \
+    stage_exp(n, a2, e);                                                   \
     stage_sp_g(n, a2, e, sp2, g);                                          \
-    float sk = 0.0f, sl = 0.0f;                                            \
-    _Pragma("omp simd reduction(+:sk,sl)")                                 \
+    _Pragma("omp simd")                                                    \
     for (int64_t j = 0; j < n; ++j) {                                      \
         const float z = zb[j], gj = g[j], sp = sp2[j] * 0.69314718f;       \
-        const float w = go[j] * exp2_nonpos(sp2[j] * p.ninvl);             \
-        const float kinvl = p.kinvl;                                       \
+        const float w = go[j] * exp2_nonpos(sp2[j] * nl[j]);               \
+        const float kinvl = ki[j];                                         \
         gx[j] = GX;                                                        \
-        sk += SK;                                                          \
-        sl += SL;                                                          \
+        sk[j] = SK;                                                        \
+        sl[j] = SL;                                                        \
     }                                                                      \
-    *dk += sk;                                                             \
-    *dl += sl;                                                             \
 }
 BWD_BLOCK(apa_bwd_block, w * gj * kinvl, w * gj * z, w * (sp - gj))
 BWD_BLOCK(aglu_bwd_block, w + kinvl * (w * z * gj), w * z * gj * z,
           w * z * (sp - gj))
+
+/* Adds the rows' sums of sk, sl to their parameters' acck, accl. */
+static inline void add_row_sums(const float* sk, const float* sl,
+                                int64_t rows, const int64_t* seg_c,
+                                const int64_t* seg_end, double* acck,
+                                double* accl) {
+    int64_t j = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        float dk = 0.0f, dl = 0.0f;
+        _Pragma("omp simd reduction(+:dk,dl)")
+        for (int64_t q = j; q < seg_end[r]; ++q) {
+            dk += sk[q];
+            dl += sl[q];
+        }
+        acck[seg_c[r]] += dk;
+        accl[seg_c[r]] += dl;
+        j = seg_end[r];
+    }
+}
+
+/* Backward over [start, end) of z = x (src with rebuild NULL), or of z
+ * rebuilt a block at a time by rebuild(zbuf, b, be) (memory-lean training,
+ * below); P parameters, over rows of pinner values. */
+#define BWD_BLOCKS(BLOCK_FN, P, PINNER, Z, REBUILD)                        \
+    float a2[BLOCK], nl[BLOCK], ki[BLOCK], sk[BLOCK], sl[BLOCK];           \
+    float zbuf[BLOCK];                                                     \
+    int64_t seg_c[BLOCK], seg_end[BLOCK];                                  \
+    (void)zbuf;                                                            \
+    ParamTable table;                                                      \
+    table_init(&table, kp, lp, lmin, P);                                   \
+    Cursor u = cursor_at(start, P, PINNER);                                \
+    for (int64_t b = start; b < end; b += BLOCK) {                         \
+        const int64_t n = b + BLOCK < end ? BLOCK : end - b;               \
+        REBUILD;                                                           \
+        const int64_t rows = block_rows(&table, &u, P, PINNER, Z, b,       \
+                                        b + n, a2, nl, ki, seg_c,          \
+                                        seg_end);                          \
+        BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);                \
+        add_row_sums(sk, sl, rows, seg_c, seg_end, acck, accl);            \
+    }
 
 #define BWD(NAME, BLOCK_FN)                                                \
 static void NAME(const float* x, const float* go, float* gx,               \
                  const float* kp, const float* lp, float lmin, int64_t C,  \
                  int64_t inner, double* acck, double* accl,                \
                  int64_t start, int64_t end) {                             \
-    SEGMENT_LOOP(                                                          \
-        double dk = 0.0, dl = 0.0;                                         \
-        for (int64_t b = i; b < seg; b += BLOCK)                           \
-            BLOCK_FN(p, x + b, go + b, gx + b,                             \
-                     b + BLOCK < seg ? BLOCK : seg - b, &dk, &dl);         \
-        acck[c] += dk; accl[c] += dl;                                      \
-    )                                                                      \
+    BWD_BLOCKS(BLOCK_FN, C, inner, x + b, (void)0)                         \
 }
 
 BWD(apa_bwd_range, apa_bwd_block)
@@ -208,10 +298,8 @@ static inline void rebuild_block(float* zbuf, const float* src,
     }
 }
 
-/* z is rebuilt a block at a time into a buffer that stays in L1, so the
- * gate loop runs over whole blocks even where rows are short (7 x 7 values
- * in the last ResNet stage). Shared parameters: one segment for the whole
- * range; per-channel parameters: one per row, as BWD. */
+/* z is rebuilt a block at a time into a buffer that stays in L1. Shared
+ * parameters: one row for the whole range (P = 1, rows of end values). */
 #define BWD_REBUILT(NAME, BLOCK_FN)                                        \
 static void NAME(const float* src, const float* oth, const float* go,      \
                  float* gx, const float* za, const float* zb,              \
@@ -219,23 +307,9 @@ static void NAME(const float* src, const float* oth, const float* go,      \
                  const float* lp, float lmin, int64_t per_channel,         \
                  int64_t C, int64_t inner, double* acck, double* accl,     \
                  int64_t start, int64_t end) {                             \
-    float zbuf[BLOCK];                                                     \
-    int64_t i = start;                                                     \
-    while (i < end) {                                                      \
-        const int64_t pc = per_channel ? (i / inner) % C : 0;              \
-        int64_t seg = per_channel ? (i / inner + 1) * inner : end;         \
-        if (seg > end) seg = end;                                          \
-        const Params p = channel_params(kp[pc], lp[pc], lmin);             \
-        double dk = 0.0, dl = 0.0;                                         \
-        for (int64_t b = i; b < seg; b += BLOCK) {                         \
-            const int64_t be = b + BLOCK < seg ? b + BLOCK : seg;          \
-            rebuild_block(zbuf, src, oth, za, zb, zd, za_rows, b, be,      \
-                          inner, C);                                       \
-            BLOCK_FN(p, zbuf, go + b, gx + b, be - b, &dk, &dl);           \
-        }                                                                  \
-        acck[pc] += dk; accl[pc] += dl;                                    \
-        i = seg;                                                           \
-    }                                                                      \
+    BWD_BLOCKS(BLOCK_FN, per_channel ? C : 1, per_channel ? inner : end,   \
+               zbuf, rebuild_block(zbuf, src, oth, za, zb, zd, za_rows,    \
+                                   b, b + n, inner, C))                    \
 }
 
 BWD_REBUILT(apa_bwd_rebuilt_range, apa_bwd_block)
