@@ -377,10 +377,10 @@ def _implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     records its own (C++) autograd node; ``c`` calls the same kernels
     through ctypes from :class:`_APAFunction` / :class:`_AGLUFunction`.
 
-    Once a call took ``op``, :func:`apa` / :func:`aglu` hand each call to
-    the operator's Python entry first (until the settings change): it takes
-    the ``op`` calls (the checks of this table in C++, without Python) and
-    declines the others, and those not compiled, with None.
+    Once a call took ``op``, :func:`apa` / :func:`aglu` hand each call that
+    dynamo does not trace to the operator's Python entry first (until the
+    settings change): it takes the ``op`` calls (this table's checks, in
+    C++) and declines the others with None, which then come here.
     """
     if is_tracing():  # first: tracers reject reading x.layout
         return 'composite' if torch.onnx.is_in_onnx_export() else 'traced'

@@ -94,11 +94,25 @@ static inline Cursor cursor_at(int64_t i, int64_t P, int64_t inner) {
     return u;
 }
 
-/* The rows of a block [b, be) of at most BLOCK values: per value a2 =
- * lnl2 - k2 z, nl = -1/l and ki = k/l of its row's parameters, and the
- * rows' parameter indices and ends (relative to b) in seg_c, seg_end;
- * returns the row count. The stages below then run over the whole block,
- * however short the rows (4 x 4 maps, channels-last tokens). */
+/* Moves the cursor to the next row when the current one ends at be. */
+static inline void cursor_step(Cursor* u, int64_t be, int64_t P,
+                               int64_t inner) {
+    if (u->end == be) {
+        u->end += inner;
+        if (++u->c == P) u->c = 0;
+    }
+}
+
+/* A block [b, be) of at most BLOCK values runs one of two ways. Inside one
+ * row (shared parameters, rows of a block or more) with that row's
+ * constants (the *_row functions). Across several rows (4 x 4 maps,
+ * channels-last tokens, where a row is one value) with the constants laid
+ * out per value: block_rows writes a2 = lnl2 - k2 z, nl = -1/l and
+ * ki = k/l of each value's row, and the rows' parameter indices and ends
+ * (relative to b) to seg_c, seg_end, and returns the row count; the stages
+ * then run over the whole block however short the rows (per row they
+ * would cost about twice as much at 4 x 4; per value throughout, long rows
+ * would cost a fifth more). */
 static inline int64_t block_rows(ParamTable* t, Cursor* u, int64_t P,
                                  int64_t inner, const float* z, int64_t b,
                                  int64_t be, float* a2, float* nl, float* ki,
@@ -115,31 +129,42 @@ static inline int64_t block_rows(ParamTable* t, Cursor* u, int64_t P,
         }
         seg_c[rows] = u->c;
         seg_end[rows++] = e - b;
-        if (e == u->end) {
-            u->end += inner;
-            if (++u->c == P) u->c = 0;
-        }
+        cursor_step(u, e, P, inner);
         j = e;
     }
     return rows;
 }
 
-/* Stage 1: e = 2^-|a2|. */
+/* Stage 1: a2 (from z in one row, given across rows) and e = 2^-|a2|. */
+static inline void stage_exp_row(Params p, const float* z, int64_t n,
+                                 float* a2, float* e) {
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < n; ++j) {
+        const float a = p.lnl2 - p.k2 * z[j];
+        a2[j] = a;
+        e[j] = exp2_nonpos(-__builtin_fabsf(a));
+    }
+}
+
 static inline void stage_exp(int64_t n, const float* a2, float* e) {
     _Pragma("omp simd")
     for (int64_t j = 0; j < n; ++j) e[j] = exp2_nonpos(-__builtin_fabsf(a2[j]));
 }
 
-/* Forward stage 2: log2(eta) = -log2(1 + 2^a2) / l (softplus in base 2). */
-static inline void stage_log_eta(int64_t n, const float* a2, const float* e,
-                                 const float* nl, float* log_eta) {
-    _Pragma("omp simd")
-    for (int64_t j = 0; j < n; ++j) {
-        const float sp2 = (a2[j] < 0.0f ? 0.0f : a2[j])
-                          + log2_1p_from_s(e[j] / (2.0f + e[j]));
-        log_eta[j] = sp2 * nl[j];
-    }
+/* Forward stage 2: log2(eta) = -log2(1 + 2^a2) / l (softplus in base 2),
+ * with -1/l as NL. */
+#define STAGE_LOG_ETA(NAME, NL_ARG, NL)                                    \
+static inline void NAME(int64_t n, const float* a2, const float* e,        \
+                        NL_ARG, float* log_eta) {                          \
+    _Pragma("omp simd")                                                    \
+    for (int64_t j = 0; j < n; ++j) {                                      \
+        const float sp2 = (a2[j] < 0.0f ? 0.0f : a2[j])                    \
+                          + log2_1p_from_s(e[j] / (2.0f + e[j]));          \
+        log_eta[j] = sp2 * (NL);                                           \
+    }                                                                      \
 }
+STAGE_LOG_ETA(stage_log_eta_row, float ninvl, ninvl)
+STAGE_LOG_ETA(stage_log_eta, const float* nl, nl[j])
 
 /* Backward stage 2: softplus(a) in base 2 and g = sigmoid(a); one division
  * gives both 1/(1+e) and 1/(2+e). */
@@ -169,10 +194,17 @@ static void NAME(const float* x, float* y, const float* kp,                \
         const int64_t n = b + BLOCK < end ? BLOCK : end - b;               \
         const float* zb = x + b;                                           \
         float* yb = y + b;                                                 \
-        block_rows(&table, &u, C, inner, zb, b, b + n, a2, nl, ki, seg_c,  \
-                   seg_end);                                               \
-        stage_exp(n, a2, e);                                               \
-        stage_log_eta(n, a2, e, nl, log_eta);                              \
+        if (u.end >= b + n) {                                              \
+            const Params p = table_get(&table, u.c);                       \
+            stage_exp_row(p, zb, n, a2, e);                                \
+            stage_log_eta_row(n, a2, e, p.ninvl, log_eta);                 \
+            cursor_step(&u, b + n, C, inner);                              \
+        } else {                                                           \
+            block_rows(&table, &u, C, inner, zb, b, b + n, a2, nl, ki,     \
+                       seg_c, seg_end);                                    \
+            stage_exp(n, a2, e);                                           \
+            stage_log_eta(n, a2, e, nl, log_eta);                          \
+        }                                                                  \
         _Pragma("omp simd")                                                \
         for (int64_t j = 0; j < n; ++j) {                                  \
             const float z = zb[j], eta = exp2_nonpos(log_eta[j]);          \
@@ -185,15 +217,38 @@ static void NAME(const float* x, float* y, const float* kp,                \
 FWD(apa_fwd_range, eta)
 FWD(aglu_fwd_range, z * eta)
 
-/* Backward of a block of n <= BLOCK values z (a2, nl, ki from block_rows)
- * with output gradients go: writes gx and each value's terms of the
- * parameter-gradient sums to sk, sl:
+/* Backward of a block of n <= BLOCK values z with output gradients go:
+ * writes gx and the terms of the parameter-gradient sums
  *   APA:  gx = go*eta*g*k/l, sk = go*eta*g*z, sl = go*eta*(sp-g)
  *   AGLU: gx = go*eta*(1 + k z g / l), sk = go*eta*g*z^2,
  *         sl = go*eta*z*(sp-g)
  * (the kappa sums are scaled by 1/l and the lambda sums by 1/l^2 at the
- * end, param_grads). */
+ * end, param_grads): NAME_row inside one row (its sums added to *dk, *dl),
+ * NAME across rows (a2, nl, ki from block_rows; each value's terms to sk,
+ * sl, summed per row by add_row_sums). */
+#define BWD_TERMS(NL, KI)                                                  \
+    const float z = zb[j], gj = g[j], sp = sp2[j] * 0.69314718f;           \
+    const float w = go[j] * exp2_nonpos(sp2[j] * (NL));                    \
+    const float kinvl = (KI);
+
 #define BWD_BLOCK(NAME, GX, SK, SL)                                        \
+static inline void NAME##_row(Params p, const float* zb, const float* go,  \
+                              float* gx, int64_t n, double* dk,            \
+                              double* dl) {                                \
+    float a2[BLOCK], e[BLOCK], sp2[BLOCK], g[BLOCK];                       \
+    stage_exp_row(p, zb, n, a2, e);                                        \
+    stage_sp_g(n, a2, e, sp2, g);                                          \
+    float sk = 0.0f, sl = 0.0f;                                            \
+    _Pragma("omp simd reduction(+:sk,sl)")                                 \
+    for (int64_t j = 0; j < n; ++j) {                                      \
+        BWD_TERMS(p.ninvl, p.kinvl)                                        \
+        gx[j] = GX;                                                        \
+        sk += SK;                                                          \
+        sl += SL;                                                          \
+    }                                                                      \
+    *dk += sk;                                                             \
+    *dl += sl;                                                             \
+}                                                                          \
 static inline void NAME(const float* a2, const float* nl, const float* ki, \
                         const float* zb, const float* go, float* gx,       \
                         int64_t n, float* sk, float* sl) {                 \
@@ -202,9 +257,7 @@ static inline void NAME(const float* a2, const float* nl, const float* ki, \
     stage_sp_g(n, a2, e, sp2, g);                                          \
     _Pragma("omp simd")                                                    \
     for (int64_t j = 0; j < n; ++j) {                                      \
-        const float z = zb[j], gj = g[j], sp = sp2[j] * 0.69314718f;       \
-        const float w = go[j] * exp2_nonpos(sp2[j] * nl[j]);               \
-        const float kinvl = ki[j];                                         \
+        BWD_TERMS(nl[j], ki[j])                                            \
         gx[j] = GX;                                                        \
         sk[j] = SK;                                                        \
         sl[j] = SL;                                                        \
@@ -233,9 +286,9 @@ static inline void add_row_sums(const float* sk, const float* sl,
     }
 }
 
-/* Backward over [start, end) of z = x (src with rebuild NULL), or of z
- * rebuilt a block at a time by rebuild(zbuf, b, be) (memory-lean training,
- * below); P parameters, over rows of pinner values. */
+/* Backward over [start, end) with P parameters over rows of PINNER
+ * values, of z = Z (x + b, or a buffer that REBUILD fills for [b, b + n):
+ * memory-lean training, below). */
 #define BWD_BLOCKS(BLOCK_FN, P, PINNER, Z, REBUILD)                        \
     float a2[BLOCK], nl[BLOCK], ki[BLOCK], sk[BLOCK], sl[BLOCK];           \
     float zbuf[BLOCK];                                                     \
@@ -247,11 +300,20 @@ static inline void add_row_sums(const float* sk, const float* sl,
     for (int64_t b = start; b < end; b += BLOCK) {                         \
         const int64_t n = b + BLOCK < end ? BLOCK : end - b;               \
         REBUILD;                                                           \
-        const int64_t rows = block_rows(&table, &u, P, PINNER, Z, b,       \
-                                        b + n, a2, nl, ki, seg_c,          \
-                                        seg_end);                          \
-        BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);                \
-        add_row_sums(sk, sl, rows, seg_c, seg_end, acck, accl);            \
+        if (u.end >= b + n) {                                              \
+            double dk = 0.0, dl = 0.0;                                     \
+            BLOCK_FN##_row(table_get(&table, u.c), Z, go + b, gx + b, n,   \
+                           &dk, &dl);                                      \
+            acck[u.c] += dk;                                               \
+            accl[u.c] += dl;                                               \
+            cursor_step(&u, b + n, P, PINNER);                             \
+        } else {                                                           \
+            const int64_t rows = block_rows(&table, &u, P, PINNER, Z, b,   \
+                                            b + n, a2, nl, ki, seg_c,      \
+                                            seg_end);                      \
+            BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);            \
+            add_row_sums(sk, sl, rows, seg_c, seg_end, acck, accl);        \
+        }                                                                  \
     }
 
 #define BWD(NAME, BLOCK_FN)                                                \
