@@ -57,6 +57,7 @@ implementation takes the raw parameters and clamps / expands them itself:
   :data:`mmact.versions.TORCHSCRIPT_ONNX_EXPORT`); the dynamo exporter, the
   default in torch 2.14, additionally needs ``onnxscript``.
 """
+import numbers
 from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -494,6 +495,10 @@ def _run(fn, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     _check_input(x, op)
     if not lambda_min > 0:
         raise ValueError(f'{op}: lambda_min must be > 0, got {lambda_min}')
+    if (isinstance(channel_dim, bool)
+            or not isinstance(channel_dim, numbers.Integral)):
+        raise TypeError(f'{op}: channel_dim must be an int axis, got '
+                        f'{channel_dim!r}')
     # (the isinstance checks inline: each call counts on small tensors)
     kappa = kappa if isinstance(kappa, Tensor) else _as_param(kappa, x)
     lam = lambda_ if isinstance(lambda_, Tensor) else _as_param(lambda_, x)

@@ -278,6 +278,13 @@ def test_errors():
         aglu(x, torch.ones(4), torch.ones(4))
     with pytest.raises(ValueError, match='channel_dim=5'):
         aglu(x, torch.ones(3), torch.ones(3), channel_dim=5)
+    with pytest.raises(TypeError, match='channel_dim must be an int axis'):
+        aglu(x, torch.ones(3), torch.ones(3), channel_dim=1.5)
+    # numpy ints and float-convertible lambda_min take the same path
+    import numpy as np
+    torch.testing.assert_close(
+        aglu(x, torch.ones(3), torch.ones(3), np.float32(1e-3), np.int64(1)),
+        aglu(x, torch.ones(3), torch.ones(3), 1e-3, 1))
 
 
 # ------------------------------------------------------- compile / ONNX
