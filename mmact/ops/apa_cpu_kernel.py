@@ -205,8 +205,10 @@ def get_ops() -> Optional[Dict[str, Callable]]:
     ``torch.ops.mmact.apa`` / ``aglu`` with a C++ autograd node
     (``csrc/apa_op.cpp``, the schema there), each called through the
     extension's own Python entry (a native binding's cost, not
-    ``torch.ops``'); built on first call; None when they cannot be built or
-    the C kernels are switched off."""
+    ``torch.ops``'), which returns None for a call the operator does not
+    take (:func:`mmact.ops.apa._implementation` decides those); built on
+    first call; None when they cannot be built or the C kernels are
+    switched off at the first call."""
     global _ops
     if _ops is None:
         module = get_operators('apa_op.cpp')

@@ -172,9 +172,11 @@ _operator: Optional[Callable] = None
 def get_fles_operator() -> Optional[Callable]:
     """The whole FleS op on tiles or a global window as the torch operator
     ``torch.ops.mmact.fles`` with a C++ autograd node (``csrc/fles_op.cpp``,
-    the schema there), called through the extension's own Python entry;
-    built on first call; None when it cannot be built or the C kernels are
-    switched off."""
+    the schema there), called through the extension's own Python entry,
+    which returns None for a call the operator does not take
+    (:mod:`mmact.ops.fles.fused` decides those); built on first call; None
+    when it cannot be built or the C kernels are switched off at the first
+    call."""
     global _operator
     if _operator is None:
         module = get_operators('fles_op.cpp')
