@@ -280,6 +280,8 @@ def test_errors():
         aglu(x, torch.ones(3), torch.ones(3), channel_dim=5)
     with pytest.raises(TypeError, match='channel_dim must be an int axis'):
         aglu(x, torch.ones(3), torch.ones(3), channel_dim=1.5)
+    with pytest.raises(TypeError, match='channel_dim must be an int axis'):
+        aglu(x, torch.ones(3), torch.ones(3), channel_dim=True)
     # numpy ints and float-convertible lambda_min take the same path
     import numpy as np
     torch.testing.assert_close(

@@ -76,12 +76,19 @@ def test_tiny_and_empty_tensors(name, shape, channels, path):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
-@pytest.mark.parametrize('shape,channels,channel_dim', [
-    ((4, 8, 16, 16), 8, 1),
-    ((4, 8, 16, 16), 1, 1),
-    ((3, 400, 16), 16, -1),
-    ((2, 6, 20, 20), 20, 3),
-])
+@pytest.mark.parametrize(
+    'shape,channels,channel_dim',
+    [
+        ((4, 8, 16, 16), 8, 1),
+        ((4, 8, 16, 16), 1, 1),
+        ((3, 400, 16), 16, -1),
+        ((2, 6, 20, 20), 20, 3),
+        # rows longer than the kernel's 256-value block, not a multiple of it
+        # (blocks inside one row and blocks across two), and more channels than
+        # its table of channel constants (256 slots)
+        ((2, 300, 300), 300, 1),
+        ((4, 3, 600), 600, -1),
+    ])
 def test_matches_float64(name, shape, channels, channel_dim, path):
     op = OPS[name]
     x, k, lam, go = _inputs(shape, channels)
@@ -91,8 +98,14 @@ def test_matches_float64(name, shape, channels, channel_dim, path):
                 go.double())
     for a, b, what in zip(got, want, ('out', 'grad_x', 'grad_k', 'grad_l')):
         assert a.dtype == torch.float32 and torch.isfinite(a).all(), what
+        # a parameter's gradient sums thousands of float32 terms that
+        # cancel (the kernel before the short-row blocks, 7391612, was as
+        # far off at the 300- and 600-channel shapes)
+        atol = 1e-5
+        if what in ('grad_k', 'grad_l'):
+            atol = max(atol, 1e-4 * float(b.abs().max()))
         torch.testing.assert_close(
-            a, b.float(), rtol=2e-5, atol=1e-5, msg=f'{name} {what}')
+            a, b.float(), rtol=2e-5, atol=atol, msg=f'{name} {what}')
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
@@ -199,9 +212,9 @@ def test_operator_entry_takes_what_dispatch_sends(name):
     x, one = torch.randn(2, 8, 3), torch.ones(1)
     assert ops[name](x, one, one, 1e-4, 1) is not None
     for args in ((x, one, 1.0, 1e-4, 1), (x, one, one, 1e-4),
-                 (x, one, one, 'small', 1), (x, one, one, 1, 1),
-                 (x, one, one, 0.0, 1), (x, one, one, 1e-4,
-                                         1.0), (x.double(), one, one, 1e-4, 1),
+                 (x, one, one, 1e-4, True), (x, one, one, 'small', 1),
+                 (x, one, one, 1, 1), (x, one, one, 0.0, 1),
+                 (x, one, one, 1e-4, 1.0), (x.double(), one, one, 1e-4, 1),
                  (x, one.double(), one, 1e-4,
                   1), (x.to_sparse(), one, one, 1e-4,
                        1), (x.to('meta'), one, one, 1e-4,

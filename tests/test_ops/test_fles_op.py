@@ -125,8 +125,9 @@ def test_python_entry_takes_what_dispatch_sends():
     torch.testing.assert_close(
         entry(x, *params, 3, 4, 'sigmoid', 'positive'), _call(x, params))
     xt = x.transpose(2, 3).contiguous().transpose(2, 3)
-    for args in ((x, *params, 3, 4, 'sigmoid'), (x, *params, 3.0, 4, 'sigmoid',
-                                                 'positive'),
+    for args in ((x, *params, 3, 4, 'sigmoid'), (x, *params, True, 4,
+                                                 'sigmoid', 'positive'),
+                 (x, *params, 3.0, 4, 'sigmoid', 'positive'),
                  (x.double(), *params, 3, 4, 'sigmoid', 'positive'),
                  (x, params[0].double(), *params[1:], 3, 4, 'sigmoid',
                   'positive'), (xt, *params, 3, 4, 'sigmoid', 'positive'),

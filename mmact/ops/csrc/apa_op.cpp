@@ -209,8 +209,8 @@ using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
 
 // The Python entry of an operator, what mmact.ops.apa / aglu call first:
 // for a call the operator takes (plain float32 / float16 / bfloat16 strided
-// CPU input, float32 CPU parameters, a float lambda_min > 0, an int
-// channel_dim, mmact::direct_call) it unpacks the arguments and calls
+// CPU input, float32 CPU parameters, a float lambda_min > 0, an int (not
+// bool) channel_dim, mmact::direct_call) it unpacks the arguments and calls
 // through the dispatcher, so autograd applies, for ~2 us less than
 // torch.ops' boxed call; any other call it declines with None, and
 // mmact.ops.apa._implementation picks another implementation.
@@ -223,7 +223,8 @@ PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                              .typed<Signature>();
   if (nargs != 5 || !THPVariable_CheckExact(args[0]) ||
       !THPVariable_CheckExact(args[1]) || !THPVariable_CheckExact(args[2]) ||
-      !PyFloat_Check(args[3]) || !PyLong_Check(args[4])) {
+      !PyFloat_Check(args[3]) || !PyLong_Check(args[4]) ||
+      PyBool_Check(args[4])) {
     Py_RETURN_NONE;
   }
   const at::Tensor &x = THPVariable_Unpack(args[0]),

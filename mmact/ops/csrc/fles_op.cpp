@@ -561,7 +561,8 @@ PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mmact::fles", "")
                              .typed<Signature>();
-  bool ok = nargs == 9 && PyLong_Check(args[5]) && PyLong_Check(args[6]) &&
+  bool ok = nargs == 9 && PyLong_Check(args[5]) && !PyBool_Check(args[5]) &&
+            PyLong_Check(args[6]) && !PyBool_Check(args[6]) &&
             PyUnicode_Check(args[7]) && PyUnicode_Check(args[8]);
   for (Py_ssize_t i = 0; ok && i < 5; ++i) {
     ok = THPVariable_CheckExact(args[i]) &&
