@@ -87,9 +87,11 @@ class CpuKernel:
         z, k, lam = z.contiguous(), _f32(k), _f32(lam)
         C, inner = _layout(z, k.numel(), channel_dim)
         y = torch.empty_like(z)
-        self._forward[name](z.data_ptr(), y.data_ptr(), k.data_ptr(),
-                            lam.data_ptr(), lambda_min, C, inner, z.numel(),
-                            torch.get_num_threads())
+        status = self._forward[name](z.data_ptr(), y.data_ptr(), k.data_ptr(),
+                                     lam.data_ptr(), lambda_min, C, inner,
+                                     z.numel(), torch.get_num_threads())
+        if status:
+            raise MemoryError(f'{name}: no memory for its channel constants')
         return y
 
     def backward(self,
@@ -115,7 +117,8 @@ class CpuKernel:
                                       z.numel(), torch.get_num_threads(), pk,
                                       pl)
         if status:
-            raise MemoryError(f'{name} backward: no memory for its sums')
+            raise MemoryError(f'{name} backward: no memory for its sums or '
+                              'channel constants')
         return gx, gk, gl
 
     def backward_rebuilt(self, name: str, grad_out: Tensor, k: Tensor,
@@ -162,7 +165,8 @@ class CpuKernel:
             k.data_ptr(), lam.data_ptr(), lambda_min, int(k.numel() > 1), C,
             inner, src.numel(), torch.get_num_threads(), pk, pl)
         if status:
-            raise MemoryError(f'{name} backward: no memory for its sums')
+            raise MemoryError(f'{name} backward: no memory for its sums or '
+                              'channel constants')
         return gx, gk, gl
 
 

@@ -84,8 +84,8 @@ def test_tiny_and_empty_tensors(name, shape, channels, path):
         ((3, 400, 16), 16, -1),
         ((2, 6, 20, 20), 20, 3),
         # rows longer than the kernel's 256-value block, not a multiple of it
-        # (blocks inside one row and blocks across two), and more channels than
-        # its table of channel constants (256 slots)
+        # (a row's last block is cut short), and more channels than its
+        # table of channel constants keeps on the stack (256)
         ((2, 300, 300), 300, 1),
         ((4, 3, 600), 600, -1),
     ])
@@ -312,14 +312,21 @@ def test_wrong_parameter_count_names_num_parameters(path):
         apa(x.requires_grad_(), torch.ones(8), torch.ones(5))
 
 
-def test_threads_split_the_work():
-    x, k, lam, go = _inputs((8, 16, 32, 32), 16, seed=5)  # 2 x 65536
+@pytest.mark.parametrize(
+    'shape,channels,channel_dim',
+    [
+        ((8, 16, 32, 32), 16, 1),  # 2 x 65536: ranges on row ends
+        ((65, 41, 53), 41, 1),  # the second range starts inside a row
+        ((2, 65600, 3), 3, -1),  # rows of one value, from channel 1
+    ])
+def test_threads_split_the_work(shape, channels, channel_dim):
+    x, k, lam, go = _inputs(shape, channels, seed=5)
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = _run(aglu, x, k, lam, 1, go)
+        one = _run(aglu, x, k, lam, channel_dim, go)
         torch.set_num_threads(2)
-        two = _run(aglu, x, k, lam, 1, go)
+        two = _run(aglu, x, k, lam, channel_dim, go)
     finally:
         torch.set_num_threads(old)
     assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
@@ -368,12 +375,15 @@ def test_every_isa_build_matches_float64(isa, name, tmp_path):
 @pytest.mark.parametrize('per_channel', [False, True])
 @pytest.mark.parametrize('rows', [False, True])
 @pytest.mark.parametrize('with_other', [False, True])
-def test_rebuilt_backward_matches_float64(name, per_channel, rows, with_other):
+# rows of one block or more, blocks across rows, rows of one value
+@pytest.mark.parametrize('spatial', [(13, 11), (4, 4), (1, 1)])
+def test_rebuilt_backward_matches_float64(name, per_channel, rows, with_other,
+                                          spatial):
     """The backward that rebuilds ``z = src * scale + shift (+ other *
     other_scale)`` per element, against float64 autograd on the rebuilt z
     (gradient of z and both parameter sums)."""
     n, c = 3, 8
-    src, k, lam, go = _inputs((n, c, 13, 11), c if per_channel else 1, 7)
+    src, k, lam, go = _inputs((n, c, *spatial), c if per_channel else 1, 7)
     g = torch.Generator().manual_seed(8)
     scale = torch.rand(n if rows else 1, c, 1, 1, generator=g) + 0.5
     shift = torch.randn(1, c, 1, 1, generator=g)

@@ -2,6 +2,7 @@
  * Public entries and their documentation: apa.h. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "apa.h"
 #include "prelude.h"
@@ -46,46 +47,63 @@ static inline float log2_1p_from_s(float s) {
 /* Values per thread below which fewer threads are used. */
 #define MIN_PER_THREAD (1 << 16)
 
-/* Per-channel constants, in log2 units: a2 = log2(e) a = lnl2 - k2 z;
- * lambda clamped to lmin from below (the clamp of mmact.ops.apa). */
+/* log2(l) for a normal l > 0: its exponent k plus log2 of the mantissa
+ * m = l / 2^k in [sqrt(1/2), sqrt(2)), as 2 atanh(s) / ln 2 with
+ * s = (m - 1) / (m + 1), |s| <= 0.172 (log2_1p_from_s, odd in s). Unlike
+ * log2f it vectorizes: the constants of every channel in one loop. */
+static inline float log2_pos(float l) {
+    union { float f; int32_t i; } u = {l};
+    const int32_t k = (u.i - 0x3f3504f3) >> 23; /* 0x3f3504f3: sqrt(1/2) */
+    u.i -= k * (1 << 23);
+    return (float)k + log2_1p_from_s((u.f - 1.0f) / (u.f + 1.0f));
+}
+
+/* A channel's constants, in log2 units: a2 = log2(e) a = lnl2 - k2 z,
+ * ninvl = -1/l, kinvl = k/l, lambda clamped to lmin from below (the clamp
+ * of mmact.ops.apa). */
 typedef struct { float k2, lnl2, ninvl, kinvl; } Params;
 
-static inline Params channel_params(float k, float l, float lmin) {
-    l = l > lmin ? l : lmin;
-    Params p = {k * 1.44269504f, log2f(l), -1.0f / l, k / l};
+/* The constants of all P channels (structure of arrays), computed once per
+ * range in one vectorized loop: a logarithm and a division per channel
+ * cost as much as a short row's math. On the stack up to STACK_CHANNELS. */
+#define STACK_CHANNELS 256
+typedef struct {
+    float *k2, *lnl2, *ninvl, *kinvl, *heap;
+    float stack[4 * STACK_CHANNELS];
+} Table;
+
+/* 0, or -1 when P > STACK_CHANNELS and the heap has no room. lambda is
+ * also kept normal (log2_pos; a lambda_min below 1e-38 is not a use). */
+static inline int table_init(Table* t, const float* kp, const float* lp,
+                             float lmin, int64_t P) {
+    float* base = t->stack;
+    t->heap = NULL;
+    if (P > STACK_CHANNELS) {
+        base = t->heap = (float*)malloc(sizeof(float) * 4 * (size_t)P);
+        if (!base) return -1;
+    }
+    float *k2 = t->k2 = base, *lnl2 = t->lnl2 = base + P;
+    float *ninvl = t->ninvl = base + 2 * P, *kinvl = t->kinvl = base + 3 * P;
+    _Pragma("omp simd")
+    for (int64_t c = 0; c < P; ++c) {
+        float l = lp[c] > lmin ? lp[c] : lmin;
+        l = l > 1.17549435e-38f ? l : 1.17549435e-38f;
+        const float r = 1.0f / l;
+        k2[c] = kp[c] * 1.44269504f;
+        lnl2[c] = log2_pos(l);
+        ninvl[c] = -r;
+        kinvl[c] = kp[c] * r;
+    }
+    return 0;
+}
+
+static inline Params table_get(const Table* t, int64_t c) {
+    Params p = {t->k2[c], t->lnl2[c], t->ninvl[c], t->kinvl[c]};
     return p;
 }
 
-/* Each channel's constants computed once per range (a logarithm and two
- * divisions, as much as a short row's math), in a direct-mapped table. */
-#define PARAM_SLOTS 256
-typedef struct {
-    const float *kp, *lp;
-    float lmin;
-    Params p[PARAM_SLOTS];
-    int64_t channel[PARAM_SLOTS];
-} ParamTable;
-
-static inline void table_init(ParamTable* t, const float* kp,
-                              const float* lp, float lmin, int64_t P) {
-    t->kp = kp;
-    t->lp = lp;
-    t->lmin = lmin;
-    const int64_t n = P < PARAM_SLOTS ? P : PARAM_SLOTS;
-    for (int64_t s = 0; s < n; ++s) t->channel[s] = -1;
-}
-
-static inline Params table_get(ParamTable* t, int64_t c) {
-    const int64_t s = c % PARAM_SLOTS;
-    if (t->channel[s] != c) {
-        t->p[s] = channel_params(t->kp[c], t->lp[c], t->lmin);
-        t->channel[s] = c;
-    }
-    return t->p[s];
-}
-
 /* A range's position: x viewed as (outer, P, inner), the current row's end
- * and parameter index (counted from row to row, not divided). */
+ * and parameter index (moved a block at a time, not divided per value). */
 typedef struct { int64_t end, c; } Cursor;
 
 static inline Cursor cursor_at(int64_t i, int64_t P, int64_t inner) {
@@ -94,42 +112,76 @@ static inline Cursor cursor_at(int64_t i, int64_t P, int64_t inner) {
     return u;
 }
 
-/* Moves the cursor to the next row when the current one ends at be. */
-static inline void cursor_step(Cursor* u, int64_t be, int64_t P,
-                               int64_t inner) {
-    if (u->end == be) {
-        u->end += inner;
-        if (++u->c == P) u->c = 0;
+/* Moves the cursor to the row of value be (a row end or inside the
+ * current row). */
+static inline void cursor_to(Cursor* u, int64_t be, int64_t P,
+                             int64_t inner) {
+    if (u->end > be) return;
+    const int64_t rows = (be - u->end) / inner + 1;
+    u->end += rows * inner;
+    u->c = (u->c + rows) % P;
+}
+
+/* The end of the block from b: BLOCK values, cut to whole rows when the
+ * block crosses a row end, so that a row is summed once and a long row's
+ * blocks run with its constants (the *_row functions). */
+static inline int64_t block_end(const Cursor* u, int64_t b, int64_t end,
+                                int64_t inner) {
+    const int64_t be = b + BLOCK;
+    if (be >= end) return end;
+    return u->end >= be ? be : u->end + (be - u->end) / inner * inner;
+}
+
+/* A block across several rows (4 x 4 maps, channels-last tokens where a
+ * row is one value) has its constants laid out per value: a2 = lnl2 - k2 z,
+ * nl = -1/l and (ki not NULL) ki = k/l of each value's row; the stages then
+ * run over the whole block however short the rows (per row they would
+ * cost about twice as much at 4 x 4). Rows of one value read consecutive
+ * channels (block_channels); longer ones repeat their row's constants
+ * (block_rows, which writes the rows' parameter indices and ends relative
+ * to b to seg_c, seg_end and returns the row count). */
+static inline void block_channels(const Table* t, int64_t c, int64_t P,
+                                  const float* z, int64_t n, float* a2,
+                                  float* nl, float* ki) {
+    for (int64_t j = 0; j < n;) {
+        const int64_t m = P - c < n - j ? P - c : n - j;
+        const float *k2 = t->k2 + c, *lnl2 = t->lnl2 + c;
+        const float *ninvl = t->ninvl + c, *kinvl = t->kinvl + c;
+        _Pragma("omp simd")
+        for (int64_t q = 0; q < m; ++q) {
+            a2[j + q] = lnl2[q] - k2[q] * z[j + q];
+            nl[j + q] = ninvl[q];
+        }
+        if (ki) {
+            _Pragma("omp simd")
+            for (int64_t q = 0; q < m; ++q) ki[j + q] = kinvl[q];
+        }
+        j += m;
+        c = 0;
     }
 }
 
-/* A block [b, be) of at most BLOCK values runs one of two ways. Inside one
- * row (shared parameters, rows of a block or more) with that row's
- * constants (the *_row functions). Across several rows (4 x 4 maps,
- * channels-last tokens, where a row is one value) with the constants laid
- * out per value: block_rows writes a2 = lnl2 - k2 z, nl = -1/l and
- * ki = k/l of each value's row, and the rows' parameter indices and ends
- * (relative to b) to seg_c, seg_end, and returns the row count; the stages
- * then run over the whole block however short the rows (per row they
- * would cost about twice as much at 4 x 4; per value throughout, long rows
- * would cost a fifth more). */
-static inline int64_t block_rows(ParamTable* t, Cursor* u, int64_t P,
+static inline int64_t block_rows(const Table* t, Cursor u, int64_t P,
                                  int64_t inner, const float* z, int64_t b,
                                  int64_t be, float* a2, float* nl, float* ki,
                                  int64_t* seg_c, int64_t* seg_end) {
     int64_t rows = 0;
     for (int64_t j = b; j < be;) {
-        const int64_t e = u->end < be ? u->end : be;
-        const Params p = table_get(t, u->c);
+        const int64_t e = u.end < be ? u.end : be;
+        const Params p = table_get(t, u.c);
         _Pragma("omp simd")
         for (int64_t q = j - b; q < e - b; ++q) {
             a2[q] = p.lnl2 - p.k2 * z[q];
             nl[q] = p.ninvl;
-            ki[q] = p.kinvl;
         }
-        seg_c[rows] = u->c;
+        if (ki) {
+            _Pragma("omp simd")
+            for (int64_t q = j - b; q < e - b; ++q) ki[q] = p.kinvl;
+        }
+        seg_c[rows] = u.c;
         seg_end[rows++] = e - b;
-        cursor_step(u, e, P, inner);
+        u.end += inner;
+        if (++u.c == P) u.c = 0;
         j = e;
     }
     return rows;
@@ -180,31 +232,36 @@ static inline void stage_sp_g(int64_t n, const float* a2, const float* e,
     }
 }
 
-/* Forward over [start, end), a block at a time. */
+/* Forward over [start, end), a block at a time; -1 when the channel
+ * table has no room. */
 #define FWD(NAME, Y)                                                       \
-static void NAME(const float* x, float* y, const float* kp,                \
-                 const float* lp, float lmin, int64_t C, int64_t inner,    \
-                 int64_t start, int64_t end) {                             \
-    float a2[BLOCK], nl[BLOCK], ki[BLOCK], e[BLOCK], log_eta[BLOCK];       \
+static int64_t NAME(const float* x, float* y, const float* kp,             \
+                    const float* lp, float lmin, int64_t C, int64_t inner, \
+                    int64_t start, int64_t end) {                          \
+    float a2[BLOCK], nl[BLOCK], e[BLOCK], log_eta[BLOCK];                  \
     int64_t seg_c[BLOCK], seg_end[BLOCK];                                  \
-    ParamTable table;                                                      \
-    table_init(&table, kp, lp, lmin, C);                                   \
+    Table table;                                                           \
+    if (table_init(&table, kp, lp, lmin, C) != 0) return -1;               \
     Cursor u = cursor_at(start, C, inner);                                 \
-    for (int64_t b = start; b < end; b += BLOCK) {                         \
-        const int64_t n = b + BLOCK < end ? BLOCK : end - b;               \
+    for (int64_t b = start, be; b < end; b = be) {                         \
+        be = block_end(&u, b, end, inner);                                 \
+        const int64_t n = be - b;                                          \
         const float* zb = x + b;                                           \
         float* yb = y + b;                                                 \
-        if (u.end >= b + n) {                                              \
+        if (u.end >= be) {                                                 \
             const Params p = table_get(&table, u.c);                       \
             stage_exp_row(p, zb, n, a2, e);                                \
             stage_log_eta_row(n, a2, e, p.ninvl, log_eta);                 \
-            cursor_step(&u, b + n, C, inner);                              \
         } else {                                                           \
-            block_rows(&table, &u, C, inner, zb, b, b + n, a2, nl, ki,     \
-                       seg_c, seg_end);                                    \
+            if (inner == 1)                                                \
+                block_channels(&table, u.c, C, zb, n, a2, nl, NULL);       \
+            else                                                           \
+                block_rows(&table, u, C, inner, zb, b, be, a2, nl, NULL,   \
+                           seg_c, seg_end);                                \
             stage_exp(n, a2, e);                                           \
             stage_log_eta(n, a2, e, nl, log_eta);                          \
         }                                                                  \
+        cursor_to(&u, be, C, inner);                                       \
         _Pragma("omp simd")                                                \
         for (int64_t j = 0; j < n; ++j) {                                  \
             const float z = zb[j], eta = exp2_nonpos(log_eta[j]);          \
@@ -212,6 +269,8 @@ static void NAME(const float* x, float* y, const float* kp,                \
             yb[j] = Y;                                                     \
         }                                                                  \
     }                                                                      \
+    free(table.heap);                                                      \
+    return 0;                                                              \
 }
 
 FWD(apa_fwd_range, eta)
@@ -224,8 +283,9 @@ FWD(aglu_fwd_range, z * eta)
  *         sl = go*eta*z*(sp-g)
  * (the kappa sums are scaled by 1/l and the lambda sums by 1/l^2 at the
  * end, param_grads): NAME_row inside one row (its sums added to *dk, *dl),
- * NAME across rows (a2, nl, ki from block_rows; each value's terms to sk,
- * sl, summed per row by add_row_sums). */
+ * NAME across rows (a2, nl, ki from block_rows / block_channels; each
+ * value's terms to sk, sl, summed per row by add_row_sums /
+ * add_channel_sums). */
 #define BWD_TERMS(NL, KI)                                                  \
     const float z = zb[j], gj = g[j], sp = sp2[j] * 0.69314718f;           \
     const float w = go[j] * exp2_nonpos(sp2[j] * (NL));                    \
@@ -267,75 +327,109 @@ BWD_BLOCK(apa_bwd_block, w * gj * kinvl, w * gj * z, w * (sp - gj))
 BWD_BLOCK(aglu_bwd_block, w + kinvl * (w * z * gj), w * z * gj * z,
           w * z * (sp - gj))
 
-/* Adds the rows' sums of sk, sl to their parameters' acck, accl: over 16
- * lanes, then the lanes pairwise (compiled as a reduction, a row of 16
- * became 16 dependent scalar additions, more than the row's math). */
-#define LANES 16
+/* Adds the rows' sums of sk, sl to their parameters' acck, accl: 16 lanes
+ * at a time, then the lanes halved (as an omp simd reduction a row of 16
+ * compiled to 16 dependent scalar additions, more than the row's math). */
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+
+static inline float lanes_sum(f32x16 v) {
+    f32x8 lo, hi;
+    memcpy(&lo, &v, sizeof lo);
+    memcpy(&hi, (const char*)&v + sizeof lo, sizeof hi);
+    const f32x8 s8 = lo + hi;
+    f32x4 a, b;
+    memcpy(&a, &s8, sizeof a);
+    memcpy(&b, (const char*)&s8 + sizeof a, sizeof b);
+    const f32x4 s4 = a + b;
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
 static inline void add_row_sums(const float* sk, const float* sl,
                                 int64_t rows, const int64_t* seg_c,
                                 const int64_t* seg_end, double* acck,
                                 double* accl) {
     int64_t j = 0;
     for (int64_t r = 0; r < rows; ++r) {
-        float lk[LANES] = {0.0f}, ll[LANES] = {0.0f};
         const int64_t e = seg_end[r];
-        for (; j + LANES <= e; j += LANES) {
-            _Pragma("omp simd")
-            for (int l = 0; l < LANES; ++l) {
-                lk[l] += sk[j + l];
-                ll[l] += sl[j + l];
-            }
+        f32x16 vk = {0.0f}, vl = {0.0f};
+        for (; j + 16 <= e; j += 16) {
+            f32x16 tk, tl;
+            memcpy(&tk, sk + j, sizeof tk);
+            memcpy(&tl, sl + j, sizeof tl);
+            vk += tk;
+            vl += tl;
         }
-        for (int l = 0; j < e; ++j, ++l) {
-            lk[l] += sk[j];
-            ll[l] += sl[j];
+        float rk = 0.0f, rl = 0.0f;
+        for (; j < e; ++j) {
+            rk += sk[j];
+            rl += sl[j];
         }
-        for (int w = LANES / 2; w > 0; w /= 2) {
-            for (int l = 0; l < w; ++l) {
-                lk[l] += lk[l + w];
-                ll[l] += ll[l + w];
-            }
+        acck[seg_c[r]] += lanes_sum(vk) + rk;
+        accl[seg_c[r]] += lanes_sum(vl) + rl;
+    }
+}
+
+/* Rows of one value: each value's terms go to its channel's sums. */
+static inline void add_channel_sums(const float* sk, const float* sl,
+                                    int64_t c, int64_t P, int64_t n,
+                                    double* acck, double* accl) {
+    for (int64_t j = 0; j < n;) {
+        const int64_t m = P - c < n - j ? P - c : n - j;
+        double *ak = acck + c, *al = accl + c;
+        _Pragma("omp simd")
+        for (int64_t q = 0; q < m; ++q) {
+            ak[q] += sk[j + q];
+            al[q] += sl[j + q];
         }
-        acck[seg_c[r]] += lk[0];
-        accl[seg_c[r]] += ll[0];
+        j += m;
+        c = 0;
     }
 }
 
 /* Backward over [start, end) with P parameters over rows of PINNER
- * values, of z = Z (x + b, or a buffer that REBUILD fills for [b, b + n):
- * memory-lean training, below). */
+ * values, of z = Z (x + b, or a buffer that REBUILD fills for [b, be):
+ * memory-lean training, below); -1 when the channel table has no room. */
 #define BWD_BLOCKS(BLOCK_FN, P, PINNER, Z, REBUILD)                        \
     float a2[BLOCK], nl[BLOCK], ki[BLOCK], sk[BLOCK], sl[BLOCK];           \
     float zbuf[BLOCK];                                                     \
     int64_t seg_c[BLOCK], seg_end[BLOCK];                                  \
     (void)zbuf;                                                            \
-    ParamTable table;                                                      \
-    table_init(&table, kp, lp, lmin, P);                                   \
-    Cursor u = cursor_at(start, P, PINNER);                                \
-    for (int64_t b = start; b < end; b += BLOCK) {                         \
-        const int64_t n = b + BLOCK < end ? BLOCK : end - b;               \
+    const int64_t np = (P), rl = (PINNER);                                 \
+    Table table;                                                           \
+    if (table_init(&table, kp, lp, lmin, np) != 0) return -1;              \
+    Cursor u = cursor_at(start, np, rl);                                   \
+    for (int64_t b = start, be; b < end; b = be) {                         \
+        be = block_end(&u, b, end, rl);                                    \
+        const int64_t n = be - b;                                          \
         REBUILD;                                                           \
-        if (u.end >= b + n) {                                              \
+        if (u.end >= be) {                                                 \
             double dk = 0.0, dl = 0.0;                                     \
             BLOCK_FN##_row(table_get(&table, u.c), Z, go + b, gx + b, n,   \
                            &dk, &dl);                                      \
             acck[u.c] += dk;                                               \
             accl[u.c] += dl;                                               \
-            cursor_step(&u, b + n, P, PINNER);                             \
+        } else if (rl == 1) {                                              \
+            block_channels(&table, u.c, np, Z, n, a2, nl, ki);             \
+            BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);            \
+            add_channel_sums(sk, sl, u.c, np, n, acck, accl);              \
         } else {                                                           \
-            const int64_t rows = block_rows(&table, &u, P, PINNER, Z, b,   \
-                                            b + n, a2, nl, ki, seg_c,      \
-                                            seg_end);                      \
+            const int64_t rows = block_rows(&table, u, np, rl, Z, b, be,   \
+                                            a2, nl, ki, seg_c, seg_end);   \
             BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);            \
             add_row_sums(sk, sl, rows, seg_c, seg_end, acck, accl);        \
         }                                                                  \
-    }
+        cursor_to(&u, be, np, rl);                                         \
+    }                                                                      \
+    free(table.heap);                                                      \
+    return 0;
 
 #define BWD(NAME, BLOCK_FN)                                                \
-static void NAME(const float* x, const float* go, float* gx,               \
-                 const float* kp, const float* lp, float lmin, int64_t C,  \
-                 int64_t inner, double* acck, double* accl,                \
-                 int64_t start, int64_t end) {                             \
+static int64_t NAME(const float* x, const float* go, float* gx,            \
+                    const float* kp, const float* lp, float lmin,          \
+                    int64_t C, int64_t inner, double* acck, double* accl,  \
+                    int64_t start, int64_t end) {                          \
     BWD_BLOCKS(BLOCK_FN, C, inner, x + b, (void)0)                         \
 }
 
@@ -378,7 +472,7 @@ static inline void rebuild_block(float* zbuf, const float* src,
 /* z is rebuilt a block at a time into a buffer that stays in L1. Shared
  * parameters: one row for the whole range (P = 1, rows of end values). */
 #define BWD_REBUILT(NAME, BLOCK_FN)                                        \
-static void NAME(const float* src, const float* oth, const float* go,      \
+static int64_t NAME(const float* src, const float* oth, const float* go,      \
                  float* gx, const float* za, const float* zb,              \
                  const float* zd, int64_t za_rows, const float* kp,        \
                  const float* lp, float lmin, int64_t per_channel,         \
@@ -386,20 +480,30 @@ static void NAME(const float* src, const float* oth, const float* go,      \
                  int64_t start, int64_t end) {                             \
     BWD_BLOCKS(BLOCK_FN, per_channel ? C : 1, per_channel ? inner : end,   \
                zbuf, rebuild_block(zbuf, src, oth, za, zb, zd, za_rows,    \
-                                   b, b + n, inner, C))                    \
+                                   b, be, inner, C))                       \
 }
 
 BWD_REBUILT(apa_bwd_rebuilt_range, apa_bwd_block)
 BWD_REBUILT(aglu_bwd_rebuilt_range, aglu_bwd_block)
 
 /* Public entries (apa.h). The ranges of MMACT_RANGES run on OpenMP threads
- * (one range per thread: its parameter sums go to row t of acc). */
+ * (one range per thread: its parameter sums go to row t of acc); STATUS
+ * becomes -1 when one of them fails. */
+#define RANGES(n, threads, STATUS, CALL)                                   \
+    MMACT_RANGES(n, threads, MIN_PER_THREAD, 64, {                         \
+        if ((CALL) != 0) {                                                 \
+            _Pragma("omp atomic write")                                    \
+            STATUS = -1;                                                   \
+        }                                                                  \
+    })
+
 #define FWD_ENTRY(NAME, RANGE)                                             \
-void NAME(const float* x, float* y, const float* kp, const float* lp,      \
-          float lmin, int64_t C, int64_t inner, int64_t n,                 \
-          int64_t threads) {                                               \
-    MMACT_RANGES(n, threads, MIN_PER_THREAD, 64,                           \
-                 RANGE(x, y, kp, lp, lmin, C, inner, s, e));               \
+int64_t NAME(const float* x, float* y, const float* kp, const float* lp,   \
+             float lmin, int64_t C, int64_t inner, int64_t n,              \
+             int64_t threads) {                                            \
+    int64_t status = 0;                                                    \
+    RANGES(n, threads, status, RANGE(x, y, kp, lp, lmin, C, inner, s, e)); \
+    return status;                                                         \
 }
 FWD_ENTRY(apa_forward, apa_fwd_range)
 FWD_ENTRY(aglu_forward, aglu_fwd_range)
@@ -421,26 +525,27 @@ static void param_grads(const double* acc, int64_t T, int64_t P,
     }
 }
 
-/* acc (2, T, P) zeroed, the ranges run, the sums reduced; -1 when the
- * sums cannot be allocated. */
-#define WITH_SUMS(P, BODY)                                                 \
+/* acc (2, T, P) zeroed, the ranges (CALL, with acck and accl their rows)
+ * run, the sums reduced; -1 when memory is short. */
+#define WITH_SUMS(P, CALL)                                                 \
     const int64_t nt_ = mmact_threads(n, threads, MIN_PER_THREAD);        \
     double* acc = (double*)calloc((size_t)(2 * nt_ * (P)), sizeof(double)); \
     if (!acc) return -1;                                                   \
-    double* acck = acc;                                                    \
-    double* accl = acc + nt_ * (P);                                        \
-    BODY                                                                   \
-    param_grads(acc, nt_, (P), lp, lmin, gk, gl);                          \
+    int64_t status = 0;                                                    \
+    RANGES(n, nt_, status, ({                                              \
+        double *acck = acc + t * (P), *accl = acc + (nt_ + t) * (P);       \
+        CALL;                                                              \
+    }));                                                                   \
+    if (status == 0) param_grads(acc, nt_, (P), lp, lmin, gk, gl);         \
     free(acc);                                                             \
-    return 0;
+    return status;
 
 #define BWD_ENTRY(NAME, RANGE)                                             \
 int64_t NAME(const float* x, const float* go, float* gx, const float* kp,  \
              const float* lp, float lmin, int64_t C, int64_t inner,        \
              int64_t n, int64_t threads, float* gk, float* gl) {           \
-    WITH_SUMS(C, MMACT_RANGES(n, nt_, MIN_PER_THREAD, 64,                  \
-                              RANGE(x, go, gx, kp, lp, lmin, C, inner,     \
-                                    acck + t * C, accl + t * C, s, e));)   \
+    WITH_SUMS(C, RANGE(x, go, gx, kp, lp, lmin, C, inner, acck, accl, s,  \
+                       e))                                                 \
 }
 BWD_ENTRY(apa_backward, apa_bwd_range)
 BWD_ENTRY(aglu_backward, aglu_bwd_range)
@@ -452,10 +557,8 @@ int64_t NAME(const float* src, const float* oth, const float* go,          \
              float lmin, int64_t per_channel, int64_t C, int64_t inner,    \
              int64_t n, int64_t threads, float* gk, float* gl) {           \
     const int64_t P = per_channel ? C : 1;                                 \
-    WITH_SUMS(P, MMACT_RANGES(n, nt_, MIN_PER_THREAD, 64,                  \
-                              RANGE(src, oth, go, gx, za, zb, zd, za_rows, \
-                                    kp, lp, lmin, per_channel, C, inner,   \
-                                    acck + t * P, accl + t * P, s, e));)   \
+    WITH_SUMS(P, RANGE(src, oth, go, gx, za, zb, zd, za_rows, kp, lp,     \
+                       lmin, per_channel, C, inner, acck, accl, s, e))     \
 }
 BWDR_ENTRY(apa_backward_rebuilt, apa_bwd_rebuilt_range)
 BWDR_ENTRY(aglu_backward_rebuilt, aglu_bwd_rebuilt_range)

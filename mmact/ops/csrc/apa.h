@@ -10,19 +10,20 @@
  * pair), lambda clamped to lmin from below. `threads` is the most threads
  * to use (fewer for small n). Backward entries write dL/dx to gx and, where
  * gk / gl are not NULL, the gradients of the raw parameters (P values:
- * C, or 1 when shared), zero for lambda where lp <= lmin; they return 0,
- * or -1 when their per-thread sums cannot be allocated. */
+ * C, or 1 when shared), zero for lambda where lp <= lmin. Every entry
+ * returns 0, or -1 when memory is short (the per-thread sums, the
+ * constants of more than 256 channels). */
 #ifndef MMACT_APA_H
 #define MMACT_APA_H
 #include <stdint.h>
 
 /* y = eta(x) (APA) or x * eta(x) (AGLU). */
-void apa_forward(const float* x, float* y, const float* kp, const float* lp,
-                 float lmin, int64_t C, int64_t inner, int64_t n,
-                 int64_t threads);
-void aglu_forward(const float* x, float* y, const float* kp, const float* lp,
-                  float lmin, int64_t C, int64_t inner, int64_t n,
-                  int64_t threads);
+int64_t apa_forward(const float* x, float* y, const float* kp,
+                    const float* lp, float lmin, int64_t C, int64_t inner,
+                    int64_t n, int64_t threads);
+int64_t aglu_forward(const float* x, float* y, const float* kp,
+                     const float* lp, float lmin, int64_t C, int64_t inner,
+                     int64_t n, int64_t threads);
 
 /* Backward at x with output gradient go. */
 int64_t apa_backward(const float* x, const float* go, float* gx,

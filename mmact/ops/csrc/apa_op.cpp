@@ -32,8 +32,9 @@ namespace {
 
 using torch::autograd::variable_list;
 
-using Forward = void (*)(const float*, float*, const float*, const float*,
-                         float, int64_t, int64_t, int64_t, int64_t);
+using Forward = int64_t (*)(const float*, float*, const float*,
+                            const float*, float, int64_t, int64_t, int64_t,
+                            int64_t);
 using Backward = int64_t (*)(const float*, const float*, float*,
                              const float*, const float*, float, int64_t,
                              int64_t, int64_t, int64_t, float*, float*);
@@ -104,10 +105,11 @@ at::Tensor forward_cpu(const Entries& e, const at::Tensor& x,
   const Layout l = layout(x, kappa, lambda, channel_dim);
   const at::Tensor z = as_float(x);
   at::Tensor y = at::empty_like(z);
-  e.forward(z.data_ptr<float>(), y.data_ptr<float>(),
-            l.kappa.data_ptr<float>(), l.lambda.data_ptr<float>(),
-            static_cast<float>(lambda_min), l.channels, l.inner, z.numel(),
-            at::get_num_threads());
+  const int64_t status = e.forward(
+      z.data_ptr<float>(), y.data_ptr<float>(), l.kappa.data_ptr<float>(),
+      l.lambda.data_ptr<float>(), static_cast<float>(lambda_min), l.channels,
+      l.inner, z.numel(), at::get_num_threads());
+  TORCH_CHECK(status == 0, e.name, ": no memory for its channel constants");
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
 
@@ -157,7 +159,8 @@ struct EtaBackward final : public torch::autograd::TraceableFunction {
           static_cast<float>(lambda_min_), l.channels, l.inner, z.numel(),
           at::get_num_threads(), need_k ? gk.data_ptr<float>() : nullptr,
           need_l ? gl.data_ptr<float>() : nullptr);
-      TORCH_CHECK(status == 0, E.name, " backward: no memory for its sums");
+      TORCH_CHECK(status == 0, E.name,
+                  " backward: no memory for its sums or channel constants");
       if (gx.scalar_type() != x.scalar_type()) gx = gx.to(x.scalar_type());
       if (need_k) gk = to_param(gk, kappa);
       if (need_l) gl = to_param(gl, lambda);
