@@ -23,12 +23,12 @@
 #include <torch/library.h>
 
 #include <array>
-#include <cmath>
 #include <string>
 
 #include "op_node.h"
 
 extern "C" {
+#include "approx.h"
 #include "fles.c"
 }
 
@@ -157,7 +157,7 @@ class SmallGridThreads {
 // more); larger ones as batched matmuls.
 constexpr int64_t kLoopMacs = 1 << 16;
 
-inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+inline float sigmoid(float v) { return 1.0f / (1.0f + exp_c(-v)); }
 
 // The scale MLP on the indicator grid (mmact.ops.fles.scales._mlp_vjp is
 // its reference): hidden = relu(fc1 ind + b1), opre = fc2 hidden + b2,
@@ -248,12 +248,13 @@ struct Mlp {
               acc += wr[j] * hb[(i * h + j) * grid + g];
             }
             po[o + g] = acc;
-            // torch's softplus (beta 1, threshold 20)
-            ps[o + g] = acc > 20.0f ? acc : std::log1p(std::exp(acc));
           }
         }
       }
     }
+    const int64_t m = opre.numel();
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) ps[i] = softplus_approx(po[i]);
   }
 
   variable_list vjp_matmul(const at::Tensor& g_ve, const at::Tensor& g_ho,
