@@ -424,8 +424,8 @@ static inline void rebuild_block(float* zbuf, const float* src,
                                  const float* zb, const float* zd,
                                  int64_t za_rows, int64_t b, int64_t be,
                                  int64_t inner, int64_t C) {
-    for (int64_t j = b; j < be;) {
-        const int64_t row = j / inner, c = row % C;
+    int64_t row = b / inner, c = row % C;
+    for (int64_t j = b; j < be; ++row, c = c + 1 == C ? 0 : c + 1) {
         int64_t e = (row + 1) * inner;
         if (e > be) e = be;
         const float a = za[za_rows ? row : c], s = zb[c];
