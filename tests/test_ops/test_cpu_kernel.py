@@ -354,13 +354,21 @@ def _kernel_run(kernel, name, x, k, lam, channel_dim, go):
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 def test_every_isa_build_matches_float64(isa, name, tmp_path):
     """Each ISA build this CPU can run, against the float64 torch path
-    (values, input and both parameter gradients)."""
+    (values, input and both parameter gradients): rows of several blocks,
+    blocks across rows of whole vectors (4 x 4) and with a remainder (7 x 7),
+    rows of one value."""
     if isa not in supported_isas():
         pytest.skip(f'this CPU cannot run {isa} code (no such hardware)')
     kernel = build_kernel(isa, cache_dir=str(tmp_path))
-    x, k, lam, go = _inputs((3, 8, 24, 24), 8, seed=6)
-    got = _kernel_run(kernel, name, x, k, lam, 1, go)
-    want = _run(OPS[name], x.double(), k.double(), lam.double(), 1,
+    for shape, channel_dim in (((3, 8, 24, 24), 1), ((3, 8, 4, 4), 1),
+                               ((3, 8, 7, 7), 1), ((3, 70, 8), -1)):
+        _check_kernel_build(kernel, name, shape, channel_dim, isa)
+
+
+def _check_kernel_build(kernel, name, shape, channel_dim, isa):
+    x, k, lam, go = _inputs(shape, shape[channel_dim], seed=6)
+    got = _kernel_run(kernel, name, x, k, lam, channel_dim, go)
+    want = _run(OPS[name], x.double(), k.double(), lam.double(), channel_dim,
                 go.double())
     for a, b, what in zip(got, want, ('out', 'grad_x', 'grad_k', 'grad_l')):
         torch.testing.assert_close(
@@ -368,7 +376,7 @@ def test_every_isa_build_matches_float64(isa, name, tmp_path):
             b.float(),
             rtol=2e-5,
             atol=1e-5,
-            msg=f'{isa} {name} {what}')
+            msg=f'{isa} {name} {shape} {what}')
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])

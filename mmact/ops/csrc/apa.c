@@ -76,33 +76,33 @@ static inline Params table_get(const Table* t, int64_t c) {
 }
 
 /* A range's position: x viewed as (outer, P, inner), the current row's end
- * and parameter index (moved a block at a time, not divided per value). */
-typedef struct { int64_t end, c; } Cursor;
+ * and parameter index, and span, the whole rows that fit in a block; it
+ * moves without dividing, except at a range's start. */
+typedef struct { int64_t end, c, P, inner, span; } Cursor;
 
 static inline Cursor cursor_at(int64_t i, int64_t P, int64_t inner) {
     const int64_t row = i / inner;
-    Cursor u = {(row + 1) * inner, row % P};
+    Cursor u = {(row + 1) * inner, row % P, P, inner,
+                inner < BLOCK ? BLOCK / inner * inner : BLOCK};
     return u;
 }
 
-/* Moves the cursor to the row of value be (a row end or inside the
- * current row). */
-static inline void cursor_to(Cursor* u, int64_t be, int64_t P,
-                             int64_t inner) {
-    if (u->end > be) return;
-    const int64_t rows = (be - u->end) / inner + 1;
-    u->end += rows * inner;
-    u->c = (u->c + rows) % P;
+/* Moves the cursor past `rows` rows, the current one included. */
+static inline void cursor_skip(Cursor* u, int64_t rows) {
+    u->end += rows * u->inner;
+    u->c += rows;
+    if (u->c >= u->P) u->c = rows == 1 ? 0 : u->c % u->P;
 }
 
 /* The end of the block from b: BLOCK values, cut to whole rows when the
  * block crosses a row end, so that a row is summed once and a long row's
  * blocks run with its constants (the *_row functions). */
-static inline int64_t block_end(const Cursor* u, int64_t b, int64_t end,
-                                int64_t inner) {
+static inline int64_t block_end(const Cursor* u, int64_t b, int64_t end) {
     const int64_t be = b + BLOCK;
     if (be >= end) return end;
-    return u->end >= be ? be : u->end + (be - u->end) / inner * inner;
+    if (u->end >= be) return be;
+    if (u->end - u->inner == b) return b + u->span;
+    return u->end + (be - u->end) / u->inner * u->inner;
 }
 
 /* A block across several rows (4 x 4 maps, channels-last tokens where a
@@ -134,6 +134,26 @@ static inline void block_channels(const Table* t, int64_t c, int64_t P,
     }
 }
 
+/* Row constants over [q0, q1) of a block (NAME_exact), or over whole
+ * 16-value chunks from q0 (NAME_chunks: no loop remainder per row; the
+ * values past q1 are the next row's, which it writes over next). */
+#define FILL_ROW(NAME, Q_LOOP)                                             \
+static inline void NAME(Params p, const float* z, int64_t q0, int64_t q1,  \
+                        float* a2, float* nl, float* ki) {                 \
+    Q_LOOP {                                                               \
+        a2[q] = p.lnl2 - p.k2 * z[q];                                      \
+        nl[q] = p.ninvl;                                                   \
+    }                                                                      \
+    if (ki) {                                                              \
+        Q_LOOP ki[q] = p.kinvl;                                            \
+    }                                                                      \
+}
+FILL_ROW(fill_row_exact,
+         _Pragma("omp simd") for (int64_t q = q0; q < q1; ++q))
+FILL_ROW(fill_row_chunks,
+         for (int64_t q16 = q0; q16 < q1; q16 += 16)
+         _Pragma("omp simd") for (int64_t q = q16; q < q16 + 16; ++q))
+
 static inline int64_t block_rows(const Table* t, Cursor u, int64_t P,
                                  int64_t inner, const float* z, int64_t b,
                                  int64_t be, float* a2, float* nl, float* ki,
@@ -142,15 +162,10 @@ static inline int64_t block_rows(const Table* t, Cursor u, int64_t P,
     for (int64_t j = b; j < be;) {
         const int64_t e = u.end < be ? u.end : be;
         const Params p = table_get(t, u.c);
-        _Pragma("omp simd")
-        for (int64_t q = j - b; q < e - b; ++q) {
-            a2[q] = p.lnl2 - p.k2 * z[q];
-            nl[q] = p.ninvl;
-        }
-        if (ki) {
-            _Pragma("omp simd")
-            for (int64_t q = j - b; q < e - b; ++q) ki[q] = p.kinvl;
-        }
+        if (j + (e - j + 15) / 16 * 16 <= be)
+            fill_row_chunks(p, z, j - b, e - b, a2, nl, ki);
+        else
+            fill_row_exact(p, z, j - b, e - b, a2, nl, ki);
         seg_c[rows] = u.c;
         seg_end[rows++] = e - b;
         u.end += inner;
@@ -217,7 +232,8 @@ static int64_t NAME(const float* x, float* y, const float* kp,             \
     if (table_init(&table, kp, lp, lmin, C) != 0) return -1;               \
     Cursor u = cursor_at(start, C, inner);                                 \
     for (int64_t b = start, be; b < end; b = be) {                         \
-        be = block_end(&u, b, end, inner);                                 \
+        be = block_end(&u, b, end);                                        \
+        int64_t rows = 1;                                                  \
         const int64_t n = be - b;                                          \
         const float* zb = x + b;                                           \
         float* yb = y + b;                                                 \
@@ -226,15 +242,17 @@ static int64_t NAME(const float* x, float* y, const float* kp,             \
             stage_exp_row(p, zb, n, a2, e);                                \
             stage_log_eta_row(n, a2, e, p.ninvl, log_eta);                 \
         } else {                                                           \
-            if (inner == 1)                                                \
+            if (inner == 1) {                                              \
                 block_channels(&table, u.c, C, zb, n, a2, nl, NULL);       \
-            else                                                           \
-                block_rows(&table, u, C, inner, zb, b, be, a2, nl, NULL,   \
-                           seg_c, seg_end);                                \
+                rows = n;                                                  \
+            } else {                                                       \
+                rows = block_rows(&table, u, C, inner, zb, b, be, a2, nl,  \
+                                  NULL, seg_c, seg_end);                   \
+            }                                                              \
             stage_exp(n, a2, e);                                           \
             stage_log_eta(n, a2, e, nl, log_eta);                          \
         }                                                                  \
-        cursor_to(&u, be, C, inner);                                       \
+        if (be >= u.end) cursor_skip(&u, rows);                            \
         _Pragma("omp simd")                                                \
         for (int64_t j = 0; j < n; ++j) {                                  \
             const float z = zb[j], eta = exp2_nonpos(log_eta[j]);          \
@@ -300,22 +318,46 @@ BWD_BLOCK(apa_bwd_block, w * gj * kinvl, w * gj * z, w * (sp - gj))
 BWD_BLOCK(aglu_bwd_block, w + kinvl * (w * z * gj), w * z * gj * z,
           w * z * (sp - gj))
 
-/* Adds the rows' sums of sk, sl to their parameters' acck, accl: 16 lanes
- * at a time, then the lanes halved (as an omp simd reduction a row of 16
- * compiled to 16 dependent scalar additions, more than the row's math). */
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef float f32x8 __attribute__((vector_size(32)));
+/* Adds the rows' sums of sk, sl to their parameters' acck, accl: over the
+ * lanes of the ISA's widest vector, then the lanes halved (as an omp simd
+ * reduction a row of 16 compiled to 16 dependent scalar additions, more
+ * than the row's math; vectors wider than the ISA's are split through
+ * memory, which cost the AVX2 build half its backward time). */
+#if defined(__AVX512F__)
+#define LANES 16
+#elif defined(__AVX__)
+#define LANES 8
+#else
+#define LANES 4
+#endif
 typedef float f32x4 __attribute__((vector_size(16)));
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float lanes_t __attribute__((vector_size(LANES * 4)));
 
-static inline float lanes_sum(f32x16 v) {
-    f32x8 lo, hi;
-    memcpy(&lo, &v, sizeof lo);
-    memcpy(&hi, (const char*)&v + sizeof lo, sizeof hi);
-    const f32x8 s8 = lo + hi;
-    f32x4 a, b;
-    memcpy(&a, &s8, sizeof a);
-    memcpy(&b, (const char*)&s8 + sizeof a, sizeof b);
-    const f32x4 s4 = a + b;
+/* Only the halvings of vectors the ISA has (others would change the ABI). */
+#define HALVE(NAME, FROM, TO)                                              \
+static inline TO NAME(FROM v) {                                            \
+    TO lo, hi;                                                             \
+    memcpy(&lo, &v, sizeof lo);                                            \
+    memcpy(&hi, (const char*)&v + sizeof lo, sizeof hi);                   \
+    return lo + hi;                                                        \
+}
+#if LANES == 16
+HALVE(halve16, f32x16, f32x8)
+#endif
+#if LANES >= 8
+HALVE(halve8, f32x8, f32x4)
+#endif
+
+static inline float lanes_sum(lanes_t v) {
+#if LANES == 16
+    const f32x4 s4 = halve8(halve16(v));
+#elif LANES == 8
+    const f32x4 s4 = halve8(v);
+#else
+    const f32x4 s4 = v;
+#endif
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
@@ -326,9 +368,9 @@ static inline void add_row_sums(const float* sk, const float* sl,
     int64_t j = 0;
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t e = seg_end[r];
-        f32x16 vk = {0.0f}, vl = {0.0f};
-        for (; j + 16 <= e; j += 16) {
-            f32x16 tk, tl;
+        lanes_t vk = {0.0f}, vl = {0.0f};
+        for (; j + LANES <= e; j += LANES) {
+            lanes_t tk, tl;
             memcpy(&tk, sk + j, sizeof tk);
             memcpy(&tl, sl + j, sizeof tl);
             vk += tk;
@@ -374,8 +416,9 @@ static inline void add_channel_sums(const float* sk, const float* sl,
     if (table_init(&table, kp, lp, lmin, np) != 0) return -1;              \
     Cursor u = cursor_at(start, np, rl);                                   \
     for (int64_t b = start, be; b < end; b = be) {                         \
-        be = block_end(&u, b, end, rl);                                    \
+        be = block_end(&u, b, end);                                        \
         const int64_t n = be - b;                                          \
+        int64_t rows = 1;                                                  \
         REBUILD;                                                           \
         if (u.end >= be) {                                                 \
             double dk = 0.0, dl = 0.0;                                     \
@@ -387,13 +430,14 @@ static inline void add_channel_sums(const float* sk, const float* sl,
             block_channels(&table, u.c, np, Z, n, a2, nl, ki);             \
             BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);            \
             add_channel_sums(sk, sl, u.c, np, n, acck, accl);              \
+            rows = n;                                                      \
         } else {                                                           \
-            const int64_t rows = block_rows(&table, u, np, rl, Z, b, be,   \
-                                            a2, nl, ki, seg_c, seg_end);   \
+            rows = block_rows(&table, u, np, rl, Z, b, be, a2, nl, ki,     \
+                              seg_c, seg_end);                             \
             BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);            \
             add_row_sums(sk, sl, rows, seg_c, seg_end, acck, accl);        \
         }                                                                  \
-        cursor_to(&u, be, np, rl);                                         \
+        if (be >= u.end) cursor_skip(&u, rows);                            \
     }                                                                      \
     free(table.heap);                                                      \
     return 0;
