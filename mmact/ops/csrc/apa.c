@@ -1,6 +1,5 @@
 /* Fused float32 CPU kernels for APA / AGLU (mmact.ops.apa_cpu_kernel).
  * Public entries and their documentation: apa.h. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,9 +133,9 @@ static inline void block_channels(const Table* t, int64_t c, int64_t P,
     }
 }
 
-/* Row constants over [q0, q1) of a block (NAME_exact), or over whole
- * 16-value chunks from q0 (NAME_chunks: no loop remainder per row; the
- * values past q1 are the next row's, which it writes over next). */
+/* A row's constants over [q0, q1) of a block (fill_row_exact), or over
+ * whole 16-value chunks from q0 (fill_row_chunks: no loop remainder per
+ * row; what it writes past q1 is the next row's, written over next). */
 #define FILL_ROW(NAME, Q_LOOP)                                             \
 static inline void NAME(Params p, const float* z, int64_t q0, int64_t q1,  \
                         float* a2, float* nl, float* ki) {                 \
@@ -154,10 +153,10 @@ FILL_ROW(fill_row_chunks,
          for (int64_t q16 = q0; q16 < q1; q16 += 16)
          _Pragma("omp simd") for (int64_t q = q16; q < q16 + 16; ++q))
 
-static inline int64_t block_rows(const Table* t, Cursor u, int64_t P,
-                                 int64_t inner, const float* z, int64_t b,
-                                 int64_t be, float* a2, float* nl, float* ki,
-                                 int64_t* seg_c, int64_t* seg_end) {
+static inline int64_t block_rows(const Table* t, Cursor u, const float* z,
+                                 int64_t b, int64_t be, float* a2, float* nl,
+                                 float* ki, int64_t* seg_c,
+                                 int64_t* seg_end) {
     int64_t rows = 0;
     for (int64_t j = b; j < be;) {
         const int64_t e = u.end < be ? u.end : be;
@@ -168,8 +167,7 @@ static inline int64_t block_rows(const Table* t, Cursor u, int64_t P,
             fill_row_exact(p, z, j - b, e - b, a2, nl, ki);
         seg_c[rows] = u.c;
         seg_end[rows++] = e - b;
-        u.end += inner;
-        if (++u.c == P) u.c = 0;
+        cursor_skip(&u, 1);
         j = e;
     }
     return rows;
@@ -246,8 +244,8 @@ static int64_t NAME(const float* x, float* y, const float* kp,             \
                 block_channels(&table, u.c, C, zb, n, a2, nl, NULL);       \
                 rows = n;                                                  \
             } else {                                                       \
-                rows = block_rows(&table, u, C, inner, zb, b, be, a2, nl,  \
-                                  NULL, seg_c, seg_end);                   \
+                rows = block_rows(&table, u, zb, b, be, a2, nl, NULL,      \
+                                  seg_c, seg_end);                         \
             }                                                              \
             stage_exp(n, a2, e);                                           \
             stage_log_eta(n, a2, e, nl, log_eta);                          \
@@ -432,8 +430,8 @@ static inline void add_channel_sums(const float* sk, const float* sl,
             add_channel_sums(sk, sl, u.c, np, n, acck, accl);              \
             rows = n;                                                      \
         } else {                                                           \
-            rows = block_rows(&table, u, np, rl, Z, b, be, a2, nl, ki,     \
-                              seg_c, seg_end);                             \
+            rows = block_rows(&table, u, Z, b, be, a2, nl, ki, seg_c,      \
+                              seg_end);                                    \
             BLOCK_FN(a2, nl, ki, Z, go + b, gx + b, n, sk, sl);            \
             add_row_sums(sk, sl, rows, seg_c, seg_end, acck, accl);        \
         }                                                                  \
