@@ -317,7 +317,7 @@ def test_wrong_parameter_count_names_num_parameters(path):
     [
         ((8, 16, 32, 32), 16, 1),  # 2 x 65536: ranges on row ends
         ((65, 41, 53), 41, 1),  # the second range starts inside a row
-        ((2, 65600, 3), 3, -1),  # rows of one value, from channel 1
+        ((2, 65601, 3), 3, -1),  # rows of one value, from channel 1
     ])
 def test_threads_split_the_work(shape, channels, channel_dim):
     x, k, lam, go = _inputs(shape, channels, seed=5)

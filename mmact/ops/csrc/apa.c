@@ -501,16 +501,11 @@ static int64_t NAME(const float* src, const float* oth, const float* go,      \
 BWD_REBUILT(apa_bwd_rebuilt_range, apa_bwd_block)
 BWD_REBUILT(aglu_bwd_rebuilt_range, aglu_bwd_block)
 
-/* Public entries (apa.h). The ranges of MMACT_RANGES run on OpenMP threads
- * (one range per thread: its parameter sums go to row t of acc); STATUS
- * becomes -1 when one of them fails. */
+/* Public entries (apa.h). The ranges run on OpenMP threads (one range per
+ * thread: its parameter sums go to row t of acc); STATUS becomes -1 when
+ * one of them fails. */
 #define RANGES(n, threads, STATUS, CALL)                                   \
-    MMACT_RANGES(n, threads, MIN_PER_THREAD, 64, {                         \
-        if ((CALL) != 0) {                                                 \
-            _Pragma("omp atomic write")                                    \
-            STATUS = -1;                                                   \
-        }                                                                  \
-    })
+    MMACT_RANGES_STATUS(n, threads, MIN_PER_THREAD, 64, STATUS, CALL)
 
 #define FWD_ENTRY(NAME, RANGE)                                             \
 int64_t NAME(const float* x, float* y, const float* kp, const float* lp,   \

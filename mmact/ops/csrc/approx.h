@@ -19,7 +19,7 @@ static inline float exp2_nonpos(float t) {
     const float p = (1.0f + r * 6.9314694e-1f)
                     + r2 * ((2.4022242e-1f + r * 5.5507336e-2f)
                             + r2 * (9.6715083e-3f + r * 1.3264699e-3f));
-    scale.i = (m.i + 127) << 23;
+    scale.i = (m.i - 0x4b400000 + 127) << 23; /* (n + 127) << 23 */
     return p * scale.f;
 }
 
@@ -35,7 +35,8 @@ static inline float log2_1p_from_s(float s) {
 
 /* softplus(a) = max(a, 0) + ln(1 + e^-|a|) (torch's softplus with beta 1:
  * above its threshold of 20 the second term is below float32's resolution
- * of a), relative error about 3e-7. */
+ * of a). Relative error below 1e-6 for a >= -87; below that it returns
+ * 2^-126 (absolute error under 1.2e-38). */
 static inline float softplus_approx(float a) {
     const float e = exp2_nonpos(-__builtin_fabsf(a) * 1.44269504f);
     return (a > 0.0f ? a : 0.0f)

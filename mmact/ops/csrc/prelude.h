@@ -45,20 +45,24 @@ static inline int64_t mmact_threads(int64_t n, int64_t threads,
 
 #define MMACT_UNPAREN(...) __VA_ARGS__
 
+/* MMACT_RANGES of CALL, a range's status (0, or -1 when its buffers cannot
+ * be allocated): STATUS becomes -1 when one of them fails (an atomic store
+ * that needs no OpenMP, for the build without it). */
+#define MMACT_RANGES_STATUS(n, threads, min_per_thread, align, STATUS,     \
+                            CALL)                                          \
+    MMACT_RANGES(n, threads, min_per_thread, align, {                      \
+        if ((CALL) != 0) __atomic_store_n(&(STATUS), -1, __ATOMIC_RELAXED);\
+    })
+
 /* Defines the entry NAME_run(PARAMS, total, min_per_thread, threads) that
- * runs the range function NAME(ARGS, s, e, t) (0, or -1 when its buffers
- * cannot be allocated) over MMACT_RANGES of [0, total); -1 when a range
- * failed, else 0. */
+ * runs the range function NAME(ARGS, s, e, t) over MMACT_RANGES of
+ * [0, total); -1 when a range failed, else 0. */
 #define MMACT_ENTRY(NAME, PARAMS, ARGS)                                    \
 int64_t NAME##_run(MMACT_UNPAREN PARAMS, int64_t total,                    \
                    int64_t min_per_thread, int64_t threads) {              \
     int64_t status = 0;                                                    \
-    MMACT_RANGES(total, threads, min_per_thread, 1, {                      \
-        if (NAME(MMACT_UNPAREN ARGS, s, e, t) != 0) {                      \
-            _Pragma("omp atomic write")                                    \
-            status = -1;                                                   \
-        }                                                                  \
-    });                                                                    \
+    MMACT_RANGES_STATUS(total, threads, min_per_thread, 1, status,         \
+                        NAME(MMACT_UNPAREN ARGS, s, e, t));                \
     return status;                                                         \
 }
 
