@@ -3,7 +3,8 @@
 # writes it to one log (and the benchmark figures to a JSON beside it):
 #   1. the CUDA tests (Triton kernels against float64 references, dispatch);
 #   2. operator benchmarks: APA / AGLU / FleS fwd+bwd vs Sigmoid / SiLU /
-#      GELU in float32 and bfloat16, saved-for-backward bytes;
+#      GELU in float32 and bfloat16, saved-for-backward bytes; the Triton
+#      path's host cost per call on tiny tensors (benchmark_overhead.py);
 #   3. SE-ResNet-50 APA*+AGLU vs SE-ResNet-50 ReLU training step: time and
 #      torch.cuda.max_memory_allocated ratios (batch 64 and 256);
 #   4. a toy LVIS APA* Mask R-CNN trained with tools/dist_train.sh and tested
@@ -47,6 +48,8 @@ section "CUDA tests"
 section "operator and SE-ResNet-50 benchmarks"
 "$PYTHON" tools/analysis/benchmark_cuda.py --parts ops fles backbone \
   --batch 64 --json "$WORK/benchmark_b64.json" || fail "benchmarks"
+"$PYTHON" tools/analysis/benchmark_overhead.py --device cuda --repeats 21 \
+  || fail "host cost per call"
 "$PYTHON" tools/analysis/benchmark_cuda.py --parts backbone --batch 256 \
   --no-torch-path --json "$WORK/benchmark_b256.json" || fail "batch 256"
 
