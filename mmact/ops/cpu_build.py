@@ -3,8 +3,9 @@
 The fused CPU kernels are C files in the package (``mmact/ops/csrc``:
 ``apa.c`` / ``apa.h`` for :mod:`mmact.ops.apa_cpu_kernel`, ``fles.c`` /
 ``fles.h`` for :mod:`mmact.ops.fles.cpu_kernel`, ``prelude.h`` for both),
-compiled on first use with the system compiler (``$CC``, default ``cc``;
-about a second) and loaded with :mod:`ctypes`.
+compiled on first use with the system's gcc (``$CC``, default ``cc``;
+about a second; clang is refused with a message naming ``CC``) and loaded
+with :mod:`ctypes`.
 
 * **Signatures, declared once.** A kernel's header holds the only
   prototypes of its entries: the C file is compiled against it, and
@@ -264,6 +265,27 @@ def _compiler(var: str = 'CC',
     return path, (out.splitlines() or ['?'])[0]
 
 
+def _gcc(var: str, default: str) -> Tuple[str, str]:
+    """:func:`_compiler` of ``$var``, required to be a gcc: the build flags
+    are gcc's (``-fno-tree-pre``), and clang's OpenMP runtime (libomp)
+    would be a second thread pool beside torch's libgomp.
+
+    Raises:
+        RuntimeError: naming ``var``, when there is no such compiler or it
+            is clang.
+    """
+    name = os.environ.get(var, default)
+    compiler = _compiler(var, default)
+    if compiler is None:
+        raise RuntimeError(f'no compiler {var}={name}')
+    if 'clang' in compiler[1]:
+        gnu = 'gcc' if var == 'CC' else 'g++'
+        raise RuntimeError(f'{var}={name} is clang ({compiler[1]}); the '
+                           f'kernels are built with gcc (its flags, torch\'s '
+                           f'OpenMP runtime): set {var}={gnu}')
+    return compiler
+
+
 def _flags(isa: str, openmp: bool) -> List[str]:
     return _BASE_FLAGS + _ISA_CC_FLAGS[isa] + (['-fopenmp'] if openmp else [])
 
@@ -326,9 +348,7 @@ def build_library(name: str,
     if platform.system() != 'Linux':
         raise RuntimeError(f'CPU kernels are built on Linux only, this is '
                            f'{platform.system()}')
-    compiler = _compiler()
-    if compiler is None:
-        raise RuntimeError(f'no C compiler ({os.environ.get("CC", "cc")})')
+    compiler = _gcc('CC', 'cc')
     isa = host_isa() if isa is None else isa
     if openmp is None:
         openmp = os.environ.get('MMACT_CPU_OPENMP', '1') not in ('', '0')
@@ -495,9 +515,7 @@ def build_operators(name: str,
         The extension module.
     """
     from torch.utils import cpp_extension
-    compiler = _compiler('CXX', 'c++')
-    if compiler is None:
-        raise RuntimeError(f'no C++ compiler ({os.environ.get("CXX", "c++")})')
+    compiler = _gcc('CXX', 'c++')
     isa = host_isa() if isa is None else isa
     flags = _CXX_FLAGS + _ISA_CC_FLAGS[isa] + ['-fopenmp']
     key = hashlib.sha256(' '.join([

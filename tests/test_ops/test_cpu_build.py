@@ -177,6 +177,30 @@ def test_get_library_rebuilds_a_foreign_library(tmp_path, monkeypatch):
     assert load_library(path, key) is not None
 
 
+@pytest.mark.skipif(
+    cpu_build.platform.system() != 'Linux', reason='builds run on Linux only')
+def test_clang_or_a_missing_compiler_is_named(tmp_path, monkeypatch):
+    """The flags are gcc's and clang's OpenMP runtime is not torch's: CC /
+    CXX naming clang (or nothing) is refused with the variable's name, and
+    the op falls back to torch with that message."""
+    clang = tmp_path / 'clang'
+    clang.write_text('#!/bin/sh\necho "Debian clang version 14.0.6"\n')
+    clang.chmod(0o755)
+    monkeypatch.setenv('CC', str(clang))
+    monkeypatch.setenv('CXX', str(clang))
+    with pytest.raises(RuntimeError, match=r'CC=.*clang.*set CC=gcc'):
+        build_library('probe', SOURCE, 'portable', str(tmp_path))
+    with pytest.raises(RuntimeError, match=r'CXX=.*clang.*set CXX=g\+\+'):
+        cpu_build.build_operators('apa_op.cpp', cache_dir=str(tmp_path))
+    monkeypatch.setattr(cpu_build, '_libraries', {})
+    with backends.using(cpu_kernels=True), pytest.warns(
+            UserWarning, match='unavailable.*set CC=gcc'):
+        assert cpu_build.get_library('apa') is None
+    monkeypatch.setenv('CC', str(tmp_path / 'none'))
+    with pytest.raises(RuntimeError, match='no compiler CC=.*none'):
+        build_library('probe', SOURCE, 'portable', str(tmp_path))
+
+
 def test_switched_off(monkeypatch):
     monkeypatch.setattr(cpu_build, '_libraries', {})
     with backends.using(cpu_kernels=False):
