@@ -14,7 +14,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -104,7 +103,7 @@ at::Tensor forward_cpu(const Entries& e, const at::Tensor& x,
                        double lambda_min, int64_t channel_dim) {
   const Layout l = layout(x, kappa, lambda, channel_dim);
   const at::Tensor z = as_float(x);
-  at::Tensor y = at::empty_like(z);
+  at::Tensor y = mmact::empty_cpu(z.sizes(), at::kFloat);
   const int64_t status = e.forward(
       z.data_ptr<float>(), y.data_ptr<float>(), l.kappa.data_ptr<float>(),
       l.lambda.data_ptr<float>(), static_cast<float>(lambda_min), l.channels,
@@ -150,9 +149,9 @@ struct EtaBackward final : public torch::autograd::TraceableFunction {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       const Layout l = layout(x, kappa, lambda, channel_dim_);
       const at::Tensor z = as_float(x), go = as_float(grads[0]);
-      gx = at::empty_like(z);
-      if (need_k) gk = at::empty_like(l.kappa);
-      if (need_l) gl = at::empty_like(l.lambda);
+      gx = mmact::empty_cpu(z.sizes(), at::kFloat);
+      if (need_k) gk = mmact::empty_cpu(l.kappa.sizes(), at::kFloat);
+      if (need_l) gl = mmact::empty_cpu(l.lambda.sizes(), at::kFloat);
       const int64_t status = E.backward(
           z.data_ptr<float>(), go.data_ptr<float>(), gx.data_ptr<float>(),
           l.kappa.data_ptr<float>(), l.lambda.data_ptr<float>(),

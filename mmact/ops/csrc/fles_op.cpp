@@ -98,8 +98,8 @@ struct Grid {
                                                 std::max<int64_t>(h * w, 1))) {}
 
   int64_t planes() const { return n * c; }
-  at::Tensor windows(const at::Tensor& like) const {
-    return at::empty({n, c, nh, nw}, like.options());
+  at::Tensor windows() const {
+    return mmact::empty_cpu({n, c, nh, nw}, at::kFloat);
   }
 };
 
@@ -212,10 +212,10 @@ struct Mlp {
 
   void forward_loops(const at::Tensor& w1, const at::Tensor& b1,
                      const at::Tensor& w2, const at::Tensor& b2) {
-    hidden = trunks == 2 ? at::empty({2, n, h, grid}, flat.options())
-                         : at::empty({n, h, grid}, flat.options());
-    opre = at::empty({2, n, c, grid}, flat.options());
-    scales = at::empty_like(opre);
+    hidden = trunks == 2 ? mmact::empty_cpu({2, n, h, grid}, at::kFloat)
+                         : mmact::empty_cpu({n, h, grid}, at::kFloat);
+    opre = mmact::empty_cpu({2, n, c, grid}, at::kFloat);
+    scales = mmact::empty_cpu(opre.sizes(), at::kFloat);
     const float *x = flat.data_ptr<float>(), *pw1 = w1.data_ptr<float>(),
                 *pb1 = b1.data_ptr<float>(), *pw2 = w2.data_ptr<float>(),
                 *pb2 = b2.data_ptr<float>();
@@ -288,7 +288,7 @@ struct Mlp {
                           const at::Tensor& w1, const at::Tensor& w2,
                           const std::array<bool, 5>& need) const {
     const int64_t m = n * c * grid;
-    at::Tensor d_opre = at::empty_like(opre);
+    at::Tensor d_opre = mmact::empty_cpu(opre.sizes(), at::kFloat);
     float* pd = d_opre.data_ptr<float>();
     const float *pve = g_ve.data_ptr<float>(), *pho = g_ho.data_ptr<float>(),
                 *po = opre.data_ptr<float>(), *ps = scales.data_ptr<float>();
@@ -322,7 +322,7 @@ struct Mlp {
       if (need[4]) out[4] = g_b2;
     }
     if (!(need[0] || need[1] || need[2])) return out;
-    at::Tensor d_hidden = at::empty_like(hidden);
+    at::Tensor d_hidden = mmact::empty_cpu(hidden.sizes(), at::kFloat);
     float* pdh = d_hidden.data_ptr<float>();
     for (int64_t t = 0; t < trunks; ++t) {
       // a trunk's gradient: its head's (per head) or both heads' (shared)
@@ -365,7 +365,7 @@ struct Mlp {
       if (need[2]) out[2] = g_b1;
     }
     if (need[0]) {
-      at::Tensor g_ind = at::empty_like(flat);
+      at::Tensor g_ind = mmact::empty_cpu(flat.sizes(), at::kFloat);
       float* pgi = g_ind.data_ptr<float>();
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t k = 0; k < c; ++k) {
@@ -408,7 +408,7 @@ Forward forward_cpu(const at::Tensor& x, const at::Tensor& w1,
   // The MLP's matmuls stay float32 under autocast (the Python path leaves
   // autocast around FleS).
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  at::Tensor ind = g.windows(x), div = g.windows(x);
+  at::Tensor ind = g.windows(), div = g.windows();
   stage("fles.stats", [&] {
     check_kernel(fles_stats_run(x.data_ptr<float>(), ind.data_ptr<float>(),
                                 div.data_ptr<float>(), mode, g.h, g.w, g.kh,
@@ -417,7 +417,7 @@ Forward forward_cpu(const at::Tensor& x, const at::Tensor& w1,
                  "fles.stats");
   });
   Mlp mlp = stage("fles.mlp", [&] { return Mlp(ind, w1, b1, w2, b2); });
-  at::Tensor y = at::empty_like(x);
+  at::Tensor y = mmact::empty_cpu(x.sizes(), at::kFloat);
   stage("fles.apply", [&] {
     check_kernel(gate.apply(x.data_ptr<float>(), y.data_ptr<float>(),
                             mlp.k_ve.data_ptr<float>(),
@@ -461,8 +461,8 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
           c10::autocast_dispatch_keyset);
       const Grid g(x, kh_, kw_);
       const at::Tensor go = grads[0].to(at::kFloat).contiguous();
-      at::Tensor gx = at::empty_like(x);
-      at::Tensor g_ve = g.windows(x), g_ho = g.windows(x);
+      at::Tensor gx = mmact::empty_cpu(x.sizes(), at::kFloat);
+      at::Tensor g_ve = g.windows(), g_ho = g.windows();
       stage("fles.bwd.gate", [&] {
         check_kernel(
             gate_->backward(x.data_ptr<float>(), go.data_ptr<float>(),
