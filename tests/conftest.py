@@ -1,6 +1,7 @@
 """Fixtures shared by the whole test suite."""
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from types import ModuleType
@@ -75,3 +76,23 @@ def toy_data_root(tmp_path_factory) -> Callable[..., str]:
         return roots[key]
 
     return get
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Modules that hold ``slow`` tests run first, each as one unit (Makefile:
+    ``--dist loadscope``), so the two workers finish on the many short
+    modules together instead of one waiting on the other's last training."""
+    slow_modules = {
+        item.module.__name__
+        for item in items if item.get_closest_marker('slow')
+    }
+    items.sort(key=lambda item: item.module.__name__ not in slow_modules)
+
+
+def pytest_configure(config) -> None:
+    """One torch thread per xdist worker (and its subprocesses): the
+    workers already share the cores, more threads only oversubscribe."""
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+            os.environ.setdefault(name, '1')
+        torch.set_num_threads(1)

@@ -1,5 +1,4 @@
 import logging
-import os
 import socket
 
 import pytest
@@ -13,12 +12,13 @@ from mmact.engine import CPUDistributedDataParallel
 
 
 @pytest.fixture
-def gloo_group():
+def gloo_group(monkeypatch):
     """A one-process gloo group, as tools/dist_train.sh starts on a CPU."""
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    monkeypatch.setenv('MASTER_PORT', str(port))
     dist.init_process_group('gloo', rank=0, world_size=1)
     yield
     dist.destroy_process_group()

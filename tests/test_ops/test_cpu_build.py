@@ -125,11 +125,21 @@ def test_sources_are_package_data(tmp_path):
     import subprocess
     import sys
     import zipfile
+    import shutil
     root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+    # A copy: the build writes build/ and *.egg-info next to setup.py, which
+    # must not happen in a checkout another test run may be using.
+    source = tmp_path / 'source'
+    shutil.copytree(
+        root,
+        source,
+        ignore=shutil.ignore_patterns('.venv*', '.git', 'build', 'data',
+                                      'work_dirs', '*.egg-info', '__pycache__',
+                                      '.pytest_cache'))
     subprocess.run([
         sys.executable, '-m', 'pip', 'wheel', '--no-deps',
         '--no-build-isolation', '-q', '-w',
-        str(tmp_path), root
+        str(tmp_path), str(source)
     ],
                    check=True,
                    capture_output=True)

@@ -39,6 +39,7 @@ def run_cases(cases: str, device: str) -> None:
     print(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cases', CASES)
 @pytest.mark.skipif(
     not triton_interpreter_available(),

@@ -164,6 +164,7 @@ def test_lvis_detector_converts_loads_strictly_and_computes_theirs(tmp_path):
                        ref['backbone.layer4.2.se.uniact.kappa_param'])
 
 
+@pytest.mark.slow
 def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers():
     config = ('configs/v3det/cascade-rcnn_apase-aglu-r50_fpn_8xb4-rfs-ms-2x_'
               'v3det.py')

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools/analysis/benchmark_long_tail.py'
@@ -34,6 +35,7 @@ def test_digits_split_is_long_tailed_balanced_and_disjoint(load_tool):
     assert overlap <= 2  # digits has a few exact duplicate scans
 
 
+@pytest.mark.slow
 def test_every_variant_trains(tmp_path):
     out = tmp_path / 'results.json'
     result = subprocess.run(

@@ -55,6 +55,7 @@ def check_machine_line(line, threads):
         or 'allocator: jemalloc' in line or 'allocator: tcmalloc' in line
 
 
+@pytest.mark.slow
 def test_activation_benchmark_table():
     out = run('benchmark_activations.py', '--shape', '2', '4', '8', '8',
               '--threads', '1', '2', '--repeats', '2', '--warmup', '1',
@@ -78,6 +79,7 @@ def test_activation_benchmark_table():
         assert apa[header.index('baseline')] == 'Sigmoid'
 
 
+@pytest.mark.slow
 def test_overhead_benchmark_tables():
     out = run('benchmark_overhead.py', '--calls', '3', '--repeats', '2',
               '--warmup', '1')
@@ -107,6 +109,7 @@ def test_overhead_benchmark_tables():
     assert 'forward + backward' in out and 'eval() + no_grad' in out
 
 
+@pytest.mark.slow
 def test_fles_benchmark_table_and_profile():
     out = run('benchmark_fles.py', '--shape', '2', '32', '12', '20',
               '--threads', '1', '--repeats', '2', '--warmup', '1', '--profile',
@@ -129,6 +132,7 @@ def test_fles_benchmark_table_and_profile():
     assert staged == pytest.approx(ms['FleS fwd+bwd total'], abs=0.05)
 
 
+@pytest.mark.slow
 def test_backbone_benchmark_table():
     out = run('benchmark_backbone.py', '--depth', '18', '--batch', '2',
               '--size', '64', '--steps', '1', '--warmup', '0', '--threads',
@@ -145,6 +149,7 @@ def test_backbone_benchmark_table():
     assert float(rows[2][saved]) < float(rows[1][saved])
 
 
+@pytest.mark.slow
 def test_backbone_benchmark_compile_table():
     """``--compile``: eager against compiled per model (dynamo's eager
     backend here; inductor takes minutes on two cores)."""

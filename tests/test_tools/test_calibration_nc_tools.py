@@ -14,6 +14,8 @@ from scipy import linalg
 
 from mmact.testing import adapt_config
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 APASE_LT = REPO / ('configs/imagenet/'
                    'apase-aglu-r50_cos-cls_8xb32-coslr-200e_in1k-lt.py')

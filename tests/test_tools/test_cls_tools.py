@@ -18,6 +18,8 @@ TINY = CONFIGS / 'tiny-cls_aglu-apa.py'
 TINY_FLES = CONFIGS / 'tiny-cls_fles-aglu-apa.py'
 TINY_ITERS = CONFIGS / 'tiny-cls_aglu-apa_iters.py'
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
+pytestmark = pytest.mark.slow
+
 # 23 training images (4 long-tailed classes), 8 for validation.
 TOY_CLS = dict(
     num_classes=4, imbalance=2, max_per_class=8, num_val_per_class=2)

@@ -205,28 +205,56 @@ def _run(cmd, cwd) -> str:
     return result.stdout
 
 
+# the demo's two trainings (make demo, steps 2-5), by the name the summary
+# gives each
+DEMO_RUNS = {'APA': 'apa_mrcnn_r50_toy.py', 'SE': 'se-relu_mrcnn_r50_toy.py'}
+
+
+@pytest.fixture(scope='module')
+def demo_run(toy_data_root, tmp_path_factory):
+    """``demo_run(name)``: the work dir of one demo config trained with
+    ``dist_train.sh`` and tested with ``dist_test.sh``, 2 processes and two
+    iterations each; run once per module, so the summary test reuses them."""
+    cwd = tmp_path_factory.mktemp('demo')
+    (cwd / 'data').mkdir()
+    (cwd / 'data' / 'toy_lvis').symlink_to(toy_data_root('lvis'))
+    done: Dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in done:
+            config = TOY / DEMO_RUNS[name]
+            work_dir = cwd / name
+            # 4 training images with RFS: 2 iterations of 2 x 2 images
+            _run([
+                'bash', REPO / 'tools/dist_train.sh', config, '2',
+                '--work-dir', work_dir, '--cfg-options',
+                'train_cfg.max_epochs=1',
+                'train_dataloader.dataset.dataset.indices=4'
+            ], cwd)
+            checkpoint = (work_dir / 'last_checkpoint').read_text().strip()
+            _run([
+                'bash', REPO / 'tools/dist_test.sh', config, checkpoint, '2',
+                '--work-dir', work_dir, '--cfg-options',
+                'test_dataloader.dataset.indices=2'
+            ], cwd)
+            done[name] = work_dir
+        return done[name]
+
+    return get
+
+
 @pytest.mark.slow
-def test_demo_commands_two_iterations(toy_data_root, tmp_path):
-    """dist_train.sh / dist_test.sh with 2 processes, then the summary."""
-    (tmp_path / 'data').mkdir()
-    (tmp_path / 'data' / 'toy_lvis').symlink_to(toy_data_root('lvis'))
-    runs = []
-    for name, config in (('APA', 'apa_mrcnn_r50_toy.py'),
-                         ('SE', 'se-relu_mrcnn_r50_toy.py')):
-        work_dir = tmp_path / name
-        # 4 training images with RFS: 2 iterations of 2 x 2 images
-        _run([
-            'bash', REPO / 'tools/dist_train.sh', TOY / config, '2',
-            '--work-dir', work_dir, '--cfg-options', 'train_cfg.max_epochs=1',
-            'train_dataloader.dataset.dataset.indices=4'
-        ], tmp_path)
-        checkpoint = (work_dir / 'last_checkpoint').read_text().strip()
-        _run([
-            'bash', REPO / 'tools/dist_test.sh', TOY / config, checkpoint, '2',
-            '--work-dir', work_dir, '--cfg-options',
-            'test_dataloader.dataset.indices=2'
-        ], tmp_path)
-        runs.append(f'{name}={work_dir}')
+@pytest.mark.parametrize('name', list(DEMO_RUNS))
+def test_demo_config_trains_and_tests_with_two_processes(demo_run, name):
+    work_dir = demo_run(name)
+    assert (work_dir / 'epoch_1.pth').is_file()
+    assert list(work_dir.glob('*/*.json')), 'dist_test.sh wrote no metrics'
+
+
+@pytest.mark.slow
+def test_demo_summary_of_the_two_runs(demo_run, tmp_path):
+    """compare_runs.py over the two demo runs (make demo, step 7)."""
+    runs = [f'{name}={demo_run(name)}' for name in DEMO_RUNS]
     summary_file = tmp_path / 'summary.json'
     out = _run([
         sys.executable, REPO / 'tools/analysis/compare_runs.py', *runs,
@@ -235,7 +263,7 @@ def test_demo_commands_two_iterations(toy_data_root, tmp_path):
     assert re.search(r'bbox APr\s+-?\d\.\d{3}\s+-?\d\.\d{3}', out), out
     summary = json.loads(summary_file.read_text())
     assert summary['threads_per_process'] == '1'
-    for name in ('APA', 'SE'):
+    for name in DEMO_RUNS:
         metrics: Dict[str, float] = summary['runs'][name]['metrics']
         for iou in ('bbox', 'segm'):
             for key in ('APr', 'APc', 'APf', 'AP', 'AP50'):

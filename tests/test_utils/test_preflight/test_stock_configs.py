@@ -18,6 +18,10 @@ from mmengine.config import Config
 import mmact  # noqa: F401
 from mmact.utils.preflight import inspect_data_paths
 
+# Config files and path strings of the pinned mmdet / mmpretrain, the same on
+# both stacks: run once, on the default one (Makefile, test-torch2.1).
+pytestmark = [pytest.mark.stack_independent, pytest.mark.slow]
+
 # Forms named in the issue that led to this check, and what they report.
 EXPECTED = {
     'mmpretrain': {
