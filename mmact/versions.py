@@ -8,10 +8,12 @@ fails when code elsewhere calls one of the version-dependent APIs listed in
 CI tests two stacks (README, "Supported versions"): torch 2.1.2 with Triton
 2.1 and numpy 1, and torch 2.14.1 with Triton 3.x and numpy 2.
 """
+import contextlib
 import functools
 import importlib.util
 import re
-from typing import Dict, Tuple
+import warnings
+from typing import Dict, Iterator, Tuple
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -22,7 +24,7 @@ __all__ = [
     'is_tracing', 'forward_ad_active', 'autocast_may_apply', 'triton_version',
     'triton_interpreter_available', 'CPU_AUTOCAST_FLOAT16',
     'WEIGHTS_ONLY_BY_DEFAULT', 'allow_in_weights_only_load',
-    'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT'
+    'needs_input_grad', 'TORCHSCRIPT_ONNX_EXPORT', 'lazy_module_init'
 ]
 
 #: Oldest torch mmact runs on; ``import mmact`` refuses anything older.
@@ -220,3 +222,18 @@ def triton_interpreter_available() -> bool:
     arrived in Triton 3.0; Triton 2.1's older one needs other kernels.
     """
     return triton_version() >= (3, 0)
+
+
+@contextlib.contextmanager
+def lazy_module_init() -> Iterator[None]:
+    """Run a lazy module's ``__init__`` (``LazyModuleMixin``) without the
+    warning torch 2.1 gives at each construction ("Lazy modules are a new
+    feature under heavy development"; later torch has none): FleS and
+    Meta-ACON are lazy by design, and the warning reached users once per
+    layer of every model they built."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            'ignore',
+            message='Lazy modules are a new feature',
+            category=UserWarning)
+        yield

@@ -207,3 +207,18 @@ def test_fake_tensors_never_reach_the_kernels():
         assert aglu(x, k, lam).shape == x.shape
         assert apa(x, 1.0, 0.5).shape == x.shape
     assert not versions.is_tracing()
+
+
+@pytest.mark.parametrize('channels', [None, 8])
+def test_lazy_activations_are_built_without_warnings(channels):
+    """torch 2.1 warns at every LazyModuleMixin construction; FleS and
+    Meta-ACON (lazy by design) are built without it, on every torch."""
+    from mmact.models.activations import FleS, MetaACON
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        FleS(channels, reduction=4)
+        MetaACON(channels, reduction=4, min_hidden=2)
+    # what is silenced is only that warning
+    with pytest.warns(UserWarning, match='other'):
+        with versions.lazy_module_init():
+            warnings.warn('other', UserWarning)

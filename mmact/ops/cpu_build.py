@@ -35,16 +35,22 @@ with :mod:`ctypes`.
   FleS on tiles or a global window (``torch.ops.mmact.fles``, ``fles.c``
   and the scale MLP). Each is built by :func:`build_operators` through
   :func:`torch.utils.cpp_extension.load` (20-30 s) into the same cache,
-  under a key that adds the torch version.
+  under a key that adds the torch version, and logged once at INFO; a
+  finished build is marked (``mmact-complete``) and later imported directly,
+  so that a process that only loads it prints nothing.
 
 Nothing here is required: without a compiler, on other platforms than
 Linux, or with the C kernels switched off (``MMACT_DISABLE_CPU_KERNEL=1``,
 :func:`mmact.ops.backends.configure`), :func:`get_library` returns None and
 the ops use their torch path.
 """
+import contextlib
 import ctypes
 import hashlib
+import importlib.util
+import io
 import json
+import logging
 import os
 import os.path as osp
 import platform
@@ -54,12 +60,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from functools import lru_cache
 from types import ModuleType
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
+from mmengine.logging import print_log
 
 from . import backends
 
@@ -511,10 +519,13 @@ def build_operators(name: str,
         isa: one of :data:`ISAS`; default :func:`host_isa`.
         cache_dir: default ``$MMACT_CACHE_DIR`` or ``~/.cache/mmact``.
 
+    A build that is in the cache is imported directly, without torch's
+    extension builder (whose import prints a CUDA notice on machines without
+    CUDA); a new build logs, once, what it built and how long it took.
+
     Returns:
         The extension module.
     """
-    from torch.utils import cpp_extension
     compiler = _gcc('CXX', 'c++')
     isa = host_isa() if isa is None else isa
     flags = _CXX_FLAGS + _ISA_CC_FLAGS[isa] + ['-fopenmp']
@@ -524,11 +535,22 @@ def build_operators(name: str,
     ]).encode()).hexdigest()
     stem = f'mmact_{name.split(".")[0]}'
     build_dir = osp.join(cache_dir or _cache_dir(), f'{stem}_{isa}_{key[:16]}')
+    built = osp.join(build_dir, f'{stem}.so')
+    # written once torch's builder has finished the library (a concurrent
+    # builder's half-written file is never imported here)
+    complete = osp.join(build_dir, 'mmact-complete')
+    if osp.exists(complete):
+        spec = importlib.util.spec_from_file_location(stem, built)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
     os.makedirs(build_dir, exist_ok=True)
+    compiles = not osp.exists(built)
+    start = time.perf_counter()
     path = os.environ.get('PATH')
     os.environ['PATH'] = _build_path()
     try:
-        return cpp_extension.load(
+        module = _cpp_extension().load(
             name=stem,
             sources=[osp.join(source_dir, name)],
             extra_cflags=flags,
@@ -540,6 +562,30 @@ def build_operators(name: str,
             os.environ.pop('PATH', None)
         else:
             os.environ['PATH'] = path
+    open(complete, 'w').close()
+    if compiles:
+        print_log(
+            f'mmact: built the CPU operators {name} ({isa}) in '
+            f'{time.perf_counter() - start:.1f} s into {build_dir}',
+            logger='current',
+            level=logging.INFO)
+    return module
+
+
+def _cpp_extension() -> ModuleType:
+    """``torch.utils.cpp_extension``, imported without its notice that no
+    CUDA runtime was found: mmact builds CPU code only, and the notice
+    (printed on torch 2.1, logged as a warning on later torch) reads as a
+    broken install to users, once per worker."""
+    notice = logging.getLogger('torch.utils.cpp_extension')
+    level = notice.level
+    notice.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            from torch.utils import cpp_extension
+    finally:
+        notice.setLevel(level)
+    return cpp_extension
 
 
 def get_operators(name: str) -> Optional[ModuleType]:

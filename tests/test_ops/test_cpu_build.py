@@ -234,3 +234,77 @@ def test_build_finds_the_environments_ninja(monkeypatch, tmp_path):
     assert _build_path().split(os.pathsep)[-1] == str(scripts)
     monkeypatch.setenv('PATH', str(scripts))
     assert _build_path() == str(scripts)
+
+
+@needs_cc
+@pytest.mark.slow
+def test_import_and_first_calls_are_quiet():
+    """``import mmact`` and the first APA / AGLU / FleS calls print nothing
+    on a machine without CUDA once the operators are in the cache (torch's
+    extension builder, whose import says that no CUDA runtime was found, is
+    not imported then); a run that builds them logs one INFO line per
+    operator file, naming it and the time it took."""
+    import subprocess
+    import sys
+    code = (
+        'import mmact\n'
+        'import torch\n'
+        'from mmact.models.activations import AGLU, APA, FleS\n'
+        'x = torch.randn(2, 8, 6, 6, requires_grad=True)\n'
+        'for act in (AGLU(), APA(), FleS(8, reduction=4)):\n'
+        '    act(x).sum().backward()\n'
+        'from mmact.ops import cpu_build\n'
+        "assert cpu_build.get_operators('apa_op.cpp') is not None\n"
+        "assert cpu_build.get_operators('fles_op.cpp') is not None\n")
+    runs = [
+        subprocess.run([sys.executable, '-c', code],
+                       capture_output=True,
+                       text=True,
+                       timeout=600) for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    first = runs[0].stdout + runs[0].stderr
+    assert 'CUDA' not in first
+    # what the first run may say: the builds it made, at INFO
+    built = re.findall(r'INFO - mmact: built the CPU operators (\w+\.cpp) '
+                       r'\((?:avx512|avx2|portable)\) in [\d.]+ s', first)
+    assert len(built) == len(first.splitlines()) and len(set(built)) == len(
+        built)
+    assert runs[1].stdout + runs[1].stderr == ''
+
+
+def test_a_new_operator_build_is_logged_once(tmp_path, monkeypatch):
+    """build_operators logs what it compiled and how long it took, at INFO,
+    and marks the build complete; loading an existing build logs nothing."""
+    import logging
+    import types
+    logged = []
+    monkeypatch.setattr(
+        cpu_build, 'print_log',
+        lambda msg, logger, level: logged.append((msg, level)))
+    monkeypatch.setattr(cpu_build, '_gcc', lambda *args: COMPILER)
+    (tmp_path / 'probe.cpp').write_text('// probe\n')
+
+    def load(name, build_directory, **kwargs):
+        # what torch's builder leaves: the library, then the call returns
+        open(osp.join(build_directory, f'{name}.so'), 'w').close()
+        return types.SimpleNamespace(name=name)
+
+    monkeypatch.setattr(cpu_build, '_cpp_extension',
+                        lambda: types.SimpleNamespace(load=load))
+    module = cpu_build.build_operators(
+        'probe.cpp', str(tmp_path), 'portable', str(tmp_path / 'cache'))
+    assert module.name == 'mmact_probe'
+    (msg, level), = logged
+    assert level == logging.INFO
+    assert re.match(
+        r'mmact: built the CPU operators probe\.cpp \(portable\) in '
+        r'[\d.]+ s into .*cache/mmact_probe_portable_', msg), msg
+    build_dir, = (tmp_path / 'cache').iterdir()
+    assert (build_dir / 'mmact-complete').is_file()
+    # torch's builder finding the library already there: no log line
+    (build_dir / 'mmact-complete').unlink()
+    cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
+                              str(tmp_path / 'cache'))
+    assert len(logged) == 1 and (build_dir / 'mmact-complete').is_file()

@@ -46,7 +46,8 @@ from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
                             fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
 from mmact.ops.fles.fused import operator_entry, operator_window
-from mmact.versions import autocast_may_apply, is_compiling
+from mmact.versions import (autocast_may_apply, is_compiling,
+                            lazy_module_init)
 
 from .base import LearnableActivation
 
@@ -185,7 +186,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                  fused: bool = True,
                  inplace: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
+        with lazy_module_init():
+            super().__init__(init_cfg=init_cfg)
         # input shape -> the C++ operator's window, for the shapes whose
         # calls took the operator (a whole call's Python, ~15 us, saved)
         self._operator_windows: Dict[torch.Size, Tuple[int, int]] = {}

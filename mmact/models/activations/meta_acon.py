@@ -12,6 +12,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 from mmact.ops.meta_acon import acon_c
+from mmact.versions import lazy_module_init
 
 from .base import LearnableActivation
 
@@ -92,7 +93,8 @@ class MetaACON(LearnableActivation, LazyModuleMixin, BaseModule):
                  eps: float = 1e-5,
                  inplace: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
+        with lazy_module_init():
+            super().__init__(init_cfg=init_cfg)
         self.reduction = _positive_int(reduction, 'reduction')
         self.min_hidden = _positive_int(min_hidden, 'min_hidden')
         if not 0.0 <= momentum <= 1.0:
