@@ -539,7 +539,7 @@ def build_operators(name: str,
     # written once torch's builder has finished the library (a concurrent
     # builder's half-written file is never imported here)
     complete = osp.join(build_dir, 'mmact-complete')
-    if osp.exists(complete):
+    if osp.exists(complete) and osp.exists(built):
         spec = importlib.util.spec_from_file_location(stem, built)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -308,3 +308,8 @@ def test_a_new_operator_build_is_logged_once(tmp_path, monkeypatch):
     cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
                               str(tmp_path / 'cache'))
     assert len(logged) == 1 and (build_dir / 'mmact-complete').is_file()
+    # a marked build whose library was removed is built again
+    (build_dir / 'mmact_probe.so').unlink()
+    cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
+                              str(tmp_path / 'cache'))
+    assert len(logged) == 2 and (build_dir / 'mmact_probe.so').is_file()
