@@ -5,7 +5,7 @@ import os
 import re
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -78,7 +78,8 @@ def toy_data_root(tmp_path_factory) -> Callable[..., str]:
     return get
 
 
-def pytest_collection_modifyitems(config, items) -> None:
+def pytest_collection_modifyitems(config: pytest.Config,
+                                   items: List[pytest.Item]) -> None:
     """Modules that hold ``slow`` tests run first, each as one unit (Makefile:
     ``--dist loadscope``), so the two workers finish on the many short
     modules together instead of one waiting on the other's last training."""
@@ -89,7 +90,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: item.module.__name__ not in slow_modules)
 
 
-def pytest_configure(config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """One torch thread per xdist worker (and its subprocesses): the
     workers already share the cores, more threads only oversubscribe."""
     if os.environ.get('PYTEST_XDIST_WORKER'):

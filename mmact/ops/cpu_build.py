@@ -510,8 +510,14 @@ def build_operators(name: str,
 
     The build directory is named by a key as in :func:`build_key` (the
     source with its local headers, the flags, the C++ compiler, the CPU)
-    extended with the torch version, so that it is compiled once per
-    machine and torch (20-26 s; torch's headers are most of it).
+    extended with the torch version and the Python ABI, so that it is
+    compiled once per machine, torch and Python (20-26 s; torch's headers
+    are most of it).
+
+    A build that is in the cache is imported directly, without torch's
+    extension builder (whose import prints a notice when it finds a CUDA
+    toolkit but no GPU); a new build logs, once, what it built and how long
+    it took.
 
     Args:
         name: the C++ file's name in ``source_dir``.
@@ -519,31 +525,33 @@ def build_operators(name: str,
         isa: one of :data:`ISAS`; default :func:`host_isa`.
         cache_dir: default ``$MMACT_CACHE_DIR`` or ``~/.cache/mmact``.
 
-    A build that is in the cache is imported directly, without torch's
-    extension builder (whose import prints a CUDA notice on machines without
-    CUDA); a new build logs, once, what it built and how long it took.
-
     Returns:
         The extension module.
     """
     compiler = _gcc('CXX', 'c++')
     isa = host_isa() if isa is None else isa
     flags = _CXX_FLAGS + _ISA_CC_FLAGS[isa] + ['-fopenmp']
+    # the library is a CPython extension: one per Python ABI too
     key = hashlib.sha256(' '.join([
         build_key(read_source(name, source_dir), isa, compiler, openmp=True),
-        torch.__version__, *flags
+        torch.__version__, sys.implementation.cache_tag, *flags
     ]).encode()).hexdigest()
     stem = f'mmact_{name.split(".")[0]}'
     build_dir = osp.join(cache_dir or _cache_dir(), f'{stem}_{isa}_{key[:16]}')
     built = osp.join(build_dir, f'{stem}.so')
-    # written once torch's builder has finished the library (a concurrent
-    # builder's half-written file is never imported here)
+    # present only while the library is whole: written after torch's builder
+    # returns, removed before it is asked to build again
     complete = osp.join(build_dir, 'mmact-complete')
     if osp.exists(complete) and osp.exists(built):
-        spec = importlib.util.spec_from_file_location(stem, built)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        try:
+            spec = importlib.util.spec_from_file_location(stem, built)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        except (ImportError, OSError):
+            pass  # a damaged library: torch's builder checks and rebuilds
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(complete)
     os.makedirs(build_dir, exist_ok=True)
     compiles = not osp.exists(built)
     start = time.perf_counter()
@@ -562,7 +570,8 @@ def build_operators(name: str,
             os.environ.pop('PATH', None)
         else:
             os.environ['PATH'] = path
-    open(complete, 'w').close()
+    with contextlib.suppress(OSError):  # a read-only cache: load it slowly
+        open(complete, 'w').close()
     if compiles:
         print_log(
             f'mmact: built the CPU operators {name} ({isa}) in '

@@ -122,10 +122,10 @@ def test_sources_inline_their_headers_once():
 @needs_cc
 def test_sources_are_package_data(tmp_path):
     """pip install . ships the C files (setup.py's package_data)."""
+    import shutil
     import subprocess
     import sys
     import zipfile
-    import shutil
     root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
     # A copy: the build writes build/ and *.egg-info next to setup.py, which
     # must not happen in a checkout another test run may be using.
@@ -139,7 +139,8 @@ def test_sources_are_package_data(tmp_path):
     subprocess.run([
         sys.executable, '-m', 'pip', 'wheel', '--no-deps',
         '--no-build-isolation', '-q', '-w',
-        str(tmp_path), str(source)
+        str(tmp_path),
+        str(source)
     ],
                    check=True,
                    capture_output=True)
@@ -246,43 +247,47 @@ def test_import_and_first_calls_are_quiet():
     operator file, naming it and the time it took."""
     import subprocess
     import sys
-    code = (
-        'import mmact\n'
-        'import torch\n'
-        'from mmact.models.activations import AGLU, APA, FleS\n'
-        'x = torch.randn(2, 8, 6, 6, requires_grad=True)\n'
-        'for act in (AGLU(), APA(), FleS(8, reduction=4)):\n'
-        '    act(x).sum().backward()\n'
-        'from mmact.ops import cpu_build\n'
-        "assert cpu_build.get_operators('apa_op.cpp') is not None\n"
-        "assert cpu_build.get_operators('fles_op.cpp') is not None\n")
+    code = ('import mmact\n'
+            'import torch\n'
+            'from mmact.models.activations import AGLU, APA, FleS\n'
+            'x = torch.randn(2, 8, 6, 6, requires_grad=True)\n'
+            'for act in (AGLU(), APA(), FleS(8, reduction=4)):\n'
+            '    act(x).sum().backward()\n'
+            'from mmact.ops import cpu_build\n'
+            "assert cpu_build.get_operators('apa_op.cpp') is not None\n"
+            "assert cpu_build.get_operators('fles_op.cpp') is not None\n")
+    # the second run loads the cached builds without torch's builder
+    cached = ('import sys\n'
+              "assert 'torch.utils.cpp_extension' not in sys.modules\n")
     runs = [
-        subprocess.run([sys.executable, '-c', code],
+        subprocess.run([sys.executable, '-c', code + extra],
                        capture_output=True,
                        text=True,
-                       timeout=600) for _ in range(2)
+                       timeout=600) for extra in ('', cached)
     ]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
     first = runs[0].stdout + runs[0].stderr
     assert 'CUDA' not in first
     # what the first run may say: the builds it made, at INFO
-    built = re.findall(r'INFO - mmact: built the CPU operators (\w+\.cpp) '
-                       r'\((?:avx512|avx2|portable)\) in [\d.]+ s', first)
-    assert len(built) == len(first.splitlines()) and len(set(built)) == len(
-        built)
+    built = re.findall(
+        r'INFO - mmact: built the CPU operators (\w+\.cpp) '
+        r'\((?:avx512|avx2|portable)\) in [\d.]+ s', first)
+    assert len(built) == len(first.splitlines()) and len(
+        set(built)) == len(built)
     assert runs[1].stdout + runs[1].stderr == ''
 
 
 def test_a_new_operator_build_is_logged_once(tmp_path, monkeypatch):
     """build_operators logs what it compiled and how long it took, at INFO,
     and marks the build complete; loading an existing build logs nothing."""
+    import importlib.machinery
+    import importlib.util
     import logging
     import types
     logged = []
-    monkeypatch.setattr(
-        cpu_build, 'print_log',
-        lambda msg, logger, level: logged.append((msg, level)))
+    monkeypatch.setattr(cpu_build, 'print_log',
+                        lambda msg, logger, level: logged.append((msg, level)))
     monkeypatch.setattr(cpu_build, '_gcc', lambda *args: COMPILER)
     (tmp_path / 'probe.cpp').write_text('// probe\n')
 
@@ -293,8 +298,8 @@ def test_a_new_operator_build_is_logged_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cpu_build, '_cpp_extension',
                         lambda: types.SimpleNamespace(load=load))
-    module = cpu_build.build_operators(
-        'probe.cpp', str(tmp_path), 'portable', str(tmp_path / 'cache'))
+    module = cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
+                                       str(tmp_path / 'cache'))
     assert module.name == 'mmact_probe'
     (msg, level), = logged
     assert level == logging.INFO
@@ -313,3 +318,47 @@ def test_a_new_operator_build_is_logged_once(tmp_path, monkeypatch):
     cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
                               str(tmp_path / 'cache'))
     assert len(logged) == 2 and (build_dir / 'mmact_probe.so').is_file()
+    # a damaged library under the mark goes back to torch's builder ...
+    (build_dir / 'mmact_probe.so').write_text('not a library')
+    assert cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
+                                     str(tmp_path /
+                                         'cache')).name == 'mmact_probe'
+    # ... and a whole one is imported without it
+    (build_dir / 'mmact_probe.so').write_text('CACHED = True\n')
+
+    def unused():
+        raise AssertionError('the builder was imported for a cached build')
+
+    monkeypatch.setattr(cpu_build, '_cpp_extension', unused)
+    monkeypatch.setattr(
+        cpu_build.importlib.util, 'spec_from_file_location',
+        lambda name, path: importlib.util.spec_from_loader(
+            name, importlib.machinery.SourceFileLoader(name, path)))
+    assert cpu_build.build_operators('probe.cpp', str(tmp_path), 'portable',
+                                     str(tmp_path / 'cache')).CACHED
+
+
+def test_the_builders_cuda_notice_is_silenced(tmp_path):
+    """torch's extension builder, imported on a machine with a CUDA toolkit
+    (CUDA_HOME) and no GPU, says no CUDA runtime was found; imported by
+    mmact to build CPU operators, it says nothing."""
+    import subprocess
+    import sys
+
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip('a GPU is present: torch gives no notice')
+    env = dict(os.environ, CUDA_HOME=str(tmp_path))
+
+    def output(code):
+        run = subprocess.run([sys.executable, '-c', code],
+                             env=env,
+                             capture_output=True,
+                             text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout + run.stderr
+
+    assert 'No CUDA runtime' in output('import torch.utils.cpp_extension')
+    assert output('from mmact.ops.cpu_build import _cpp_extension\n'
+                  '_cpp_extension()') == ''

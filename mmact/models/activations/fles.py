@@ -46,8 +46,7 @@ from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
                             fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
 from mmact.ops.fles.fused import operator_entry, operator_window
-from mmact.versions import (autocast_may_apply, is_compiling,
-                            lazy_module_init)
+from mmact.versions import autocast_may_apply, is_compiling, lazy_module_init
 
 from .base import LearnableActivation
 
