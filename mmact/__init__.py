@@ -6,10 +6,10 @@ those registries are first used (see :mod:`mmact.registry`).
 """
 # First, so that a torch below the supported range is refused before
 # anything fails obscurely on it.
-from . import versions  # isort: skip  # noqa: F401
+from . import compat  # isort: skip  # noqa: F401
 from . import datasets, engine, evaluation, models  # noqa: F401 (registers)
 from .registry import UPSTREAM_MODEL_MODULES, import_on_first_lookup
-from .utils.compat import allow_mmengine_checkpoint_globals, patch_lvis_numpy
+from .compat import allow_mmengine_checkpoint_globals, patch_lvis_numpy
 from .version import __version__, version_info
 
 for _module, _registries in UPSTREAM_MODEL_MODULES.items():

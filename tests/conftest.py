@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Tuple
 import pytest
 import torch
 
-from mmact.versions import CPU_AUTOCAST_FLOAT16
+from mmact.compat import CPU_AUTOCAST_FLOAT16
 
 REPO = Path(__file__).resolve().parents[1]
 

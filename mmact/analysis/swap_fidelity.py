@@ -20,7 +20,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmact.models.utils.match import (DEFAULT_TOLERANCE, check_matchable,
+from mmact.models.utils.swap_fit import (DEFAULT_TOLERANCE, check_matchable,
                                       input_moments, match_activations)
 from mmact.models.utils.swap import replace_activations, untie_activations
 

@@ -14,8 +14,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ..versions import needs_input_grad
-from .apa import _check_input, _compute_dtype
+from ..compat import needs_input_grad
+from .checks import check_input, compute_dtype
 
 __all__ = ['arelu']
 
@@ -57,7 +57,7 @@ class _AReLUFunction(torch.autograd.Function):
             factor = torch.copysign((pos - neg) * 0.5, x.add(0.0))
             grad_x = factor.add_((pos + neg) * 0.5).mul_(grad_out)
         if need_a or need_b:
-            acc = _compute_dtype(x)
+            acc = compute_dtype(x)
             xa = x.reshape(-1).to(acc)  # sums of half inputs in float32
             go = grad_out.reshape(-1).to(acc)
             s_pos = torch.dot(go, torch.relu(xa))
@@ -95,7 +95,7 @@ def arelu(x: Tensor,
     Returns:
         Tensor: Same shape and dtype as ``x``.
     """
-    _check_input(x, 'arelu')
+    check_input(x, 'arelu')
     alpha = _scalar(alpha, 'alpha', x)
     beta = _scalar(beta, 'beta', x)
     if torch.onnx.is_in_onnx_export():

@@ -3,9 +3,9 @@
 The switches are read from the environment when mmact is imported (and
 whenever :func:`configure` is called), checked there, and kept in one
 :class:`BackendSettings`; per call the ops only look at the tensor. Each
-operator picks its implementation in one function beside its math
-(``_implementation`` in :mod:`mmact.ops.apa` and
-:mod:`mmact.ops.fles.fused`).
+operator picks its implementation in one table beside its math
+(:func:`mmact.ops.apa.dispatch.implementation`,
+``_implementation`` in :mod:`mmact.ops.fles.fused`).
 
 Environment (read by :func:`configure_from_env`):
 
@@ -16,9 +16,9 @@ Environment (read by :func:`configure_from_env`):
   is imported (tests).
 - ``MMACT_DISABLE_CPU_KERNEL=1``: no fused C kernels (the torch path).
 
-The C kernels' own build settings (``MMACT_CPU_ISA``, ``MMACT_CPU_OPENMP``,
-``MMACT_CACHE_DIR``, ``CC``) are read when a library is built
-(:mod:`mmact.ops.cpu_build`). This module imports no triton.
+The C kernels' own build settings (``MMACT_CPU_ISA``, ``MMACT_CACHE_DIR``,
+``CXX``) are read when the extension is built (:mod:`mmact.ops.cpu_build`).
+This module imports no triton.
 """
 import contextlib
 import functools
@@ -30,7 +30,7 @@ from typing import Callable, Iterator, List, Optional
 import torch
 from torch import Tensor
 
-from ..versions import (TRITON_MIN, is_tracing, triton_interpreter_available,
+from ..compat import (TRITON_MIN, is_tracing, triton_interpreter_available,
                         triton_version)
 
 __all__ = [
@@ -181,7 +181,7 @@ def using(**kwargs) -> Iterator[BackendSettings]:
 @functools.lru_cache(maxsize=None)
 def _triton_launchable() -> bool:
     """Whether an installed Triton can compile the kernels (warns once when
-    one is installed but older than :data:`~mmact.versions.TRITON_MIN`)."""
+    one is installed but older than :data:`~mmact.compat.TRITON_MIN`)."""
     version = triton_version()
     if version and version < TRITON_MIN:
         warnings.warn(
@@ -211,7 +211,7 @@ def use_triton(x: Tensor) -> bool:
 
 def takes_triton(x: Tensor) -> bool:
     """:func:`use_triton` for callers that asked
-    :func:`~mmact.versions.is_tracing` already (the ops' dispatch)."""
+    :func:`~mmact.compat.is_tracing` already (the ops' dispatch)."""
     mode = _settings.triton
     if x.is_cuda:
         return mode != 'off' and _triton_reads(x) and _triton_launchable()

@@ -17,8 +17,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ..versions import needs_input_grad
-from .apa import _check_input, _compute_dtype
+from ..compat import needs_input_grad
+from .checks import check_input, compute_dtype
 
 __all__ = ['iglu', 'iglu_approx']
 
@@ -44,7 +44,7 @@ class _IGLUFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, sigma: Tensor, approx: bool) -> Tensor:
         ctx.save_for_backward(x, sigma)
         ctx.approx = approx
-        z = x.to(_compute_dtype(x))  # half inputs are evaluated in float32
+        z = x.to(compute_dtype(x))  # half inputs are evaluated in float32
         u = z * sigma.detach().reshape(()).to(z.dtype)
         if approx:
             gate = torch.relu(u).add_(0.5).div_(u.abs_().add_(1))
@@ -56,7 +56,7 @@ class _IGLUFunction(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         x, sigma = ctx.saved_tensors
         need_x, need_s = needs_input_grad(ctx, 2)
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         s = sigma.detach().reshape(()).to(z.dtype)
         go = grad_out.to(z.dtype)
         u = z * s
@@ -80,10 +80,10 @@ class _IGLUFunction(torch.autograd.Function):
 
 def _apply(x: Tensor, sigma: Union[Tensor, float], approx: bool,
            op: str) -> Tensor:
-    _check_input(x, op)
+    check_input(x, op)
     sigma = _sigma(sigma, x)
     if torch.onnx.is_in_onnx_export():
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         u = z * sigma.reshape(()).to(z.dtype)
         if approx:
             gate = (0.5 + torch.relu(u)) / (1 + u.abs())

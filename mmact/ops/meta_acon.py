@@ -26,8 +26,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ..versions import needs_input_grad
-from .apa import _check_input, _compute_dtype
+from ..compat import needs_input_grad
+from .checks import check_input, compute_dtype
 
 __all__ = ['acon_c']
 
@@ -65,7 +65,7 @@ class _AconCFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, p1: Tensor, p2: Tensor,
                 beta: Tensor) -> Tensor:
         ctx.save_for_backward(x, p1, p2, beta)
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         d = _channel_view((p1 - p2).detach(), z, 'p1').to(z.dtype)
         q2 = _channel_view(p2.detach(), z, 'p2').to(z.dtype)
         b = _beta_view(beta.detach(), z).to(z.dtype)
@@ -77,7 +77,7 @@ class _AconCFunction(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         x, p1, p2, beta = ctx.saved_tensors
         need_x, need_p1, need_p2, need_beta = needs_input_grad(ctx, 4)
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         go = grad_out.to(z.dtype)
         d = _channel_view((p1 - p2).detach(), z, 'p1').to(z.dtype)
         q2 = _channel_view(p2.detach(), z, 'p2').to(z.dtype)
@@ -115,7 +115,7 @@ def acon_c(x: Tensor, p1: Tensor, p2: Tensor, beta: Tensor) -> Tensor:
     Returns:
         Tensor: Same shape and dtype as ``x``.
     """
-    _check_input(x, 'acon_c')
+    check_input(x, 'acon_c')
     if x.dim() < 2:
         raise ValueError('acon_c: input must be channels-first (N, C, ...), '
                          f'got shape {tuple(x.shape)}')

@@ -24,8 +24,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ..versions import needs_input_grad
-from .apa import _check_input, _compute_dtype
+from ..compat import needs_input_grad
+from .checks import check_input, compute_dtype
 
 __all__ = ['smu']
 
@@ -49,7 +49,7 @@ class _SMUFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, mu: Tensor, alpha: float) -> Tensor:
         ctx.save_for_backward(x, mu)
         ctx.alpha = alpha
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         c = 1.0 - alpha
         m = mu.detach().reshape(()).to(z.dtype)
         out = torch.mul(z, m * c).erf_().mul_(c).add_(1.0 + alpha)
@@ -61,7 +61,7 @@ class _SMUFunction(torch.autograd.Function):
         need_x, need_mu = needs_input_grad(ctx, 2)
         alpha = ctx.alpha
         c = 1.0 - alpha
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         m = mu.detach().reshape(()).to(z.dtype)
         go = grad_out.to(z.dtype)
         u = z * (m * c)
@@ -95,12 +95,12 @@ def smu(x: Tensor,
     Returns:
         Tensor: Same shape and dtype as ``x``.
     """
-    _check_input(x, 'smu')
+    check_input(x, 'smu')
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise TypeError(f'smu: alpha must be a float, got {alpha!r}')
     mu = _mu(mu, x)
     if torch.onnx.is_in_onnx_export():
-        z = x.to(_compute_dtype(x))
+        z = x.to(compute_dtype(x))
         c = 1.0 - alpha
         u = z * (mu.reshape(()).to(z.dtype) * c)
         return (0.5 * z * ((1.0 + alpha) + c * torch.erf(u))).to(x.dtype)

@@ -1,4 +1,4 @@
-from .compat import (allow_mmengine_checkpoint_globals, check_mmcv,
+from ..compat import (allow_mmengine_checkpoint_globals, check_mmcv,
                      patch_lvis_numpy)
 from .dist import (end_with_launcher, finish_run, is_launcher_main,
                    release_distributed, setup_cpu_distributed)

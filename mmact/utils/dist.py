@@ -1,10 +1,11 @@
 """Distributed set-up for machines without a GPU, and workers that end with
 their launcher."""
-import ctypes
 import logging
 import os
 import signal
 import sys
+import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -56,8 +57,16 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
     return True
 
 
-# prctl(2) option: the signal a process gets when its parent ends (Linux).
-_PR_SET_PDEATHSIG = 1
+#: Seconds between two looks at whether the launcher is still the parent.
+LAUNCHER_POLL_S = 0.5
+
+
+def _end_when_orphaned(parent: int) -> None:
+    """SIGTERM to this process once its parent is not ``parent`` any more
+    (the parent ended and the process was re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(LAUNCHER_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def end_with_launcher(launcher: str) -> bool:
@@ -68,27 +77,32 @@ def end_with_launcher(launcher: str) -> bool:
     torchrun stops its workers when it is asked to (SIGTERM, SIGINT), but
     not when it is killed outright; ``tools/dist_train.sh`` and
     ``dist_test.sh`` ``exec`` torchrun, so killing the script kills
-    torchrun, and this ends its workers. A worker that gets here after its
-    launcher (``MMACT_LAUNCHER_PID``, set by the scripts) already ended
-    ends at once.
+    torchrun, and this ends its workers: a daemon thread looks at the
+    parent process every :data:`LAUNCHER_POLL_S` seconds and signals the
+    worker once it changed. A worker that gets here after its launcher
+    (``MMACT_LAUNCHER_PID``, set by the scripts) already ended ends at
+    once.
 
     Args:
         launcher (str): The tool's ``--launcher``; only ``'pytorch'``
             (torchrun) workers are set up.
 
     Returns:
-        bool: Whether the parent-death signal was set.
+        bool: Whether the worker watches its launcher.
     """
     if launcher != 'pytorch' or not sys.platform.startswith('linux'):
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
-        return False
-    # A launcher that died before the call above sent no signal: the
-    # scripts name their pid (which torchrun keeps), so compare.
+    parent = os.getppid()
+    # A launcher that died before this call: the scripts name their pid
+    # (which torchrun keeps), so compare.
     launcher_pid = os.environ.get('MMACT_LAUNCHER_PID')
-    if launcher_pid and os.getppid() != int(launcher_pid):
+    if launcher_pid and parent != int(launcher_pid):
         os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(
+        target=_end_when_orphaned,
+        args=(parent, ),
+        name='mmact-launcher-watch',
+        daemon=True).start()
     return True
 
 

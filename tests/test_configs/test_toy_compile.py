@@ -16,7 +16,7 @@ from mmengine.optim import build_optim_wrapper
 
 import mmact  # noqa: F401
 from mmact.models.activations import AGLU, APA
-from mmact.versions import TORCH_VERSION
+from mmact.compat import TORCH_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / 'configs/toy/apa_mrcnn_r50_toy.py'

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mmact.ops import aglu, aglu_reference, apa, apa_reference
-from mmact.versions import TORCHSCRIPT_ONNX_EXPORT
+from mmact.compat import TORCHSCRIPT_ONNX_EXPORT
 
 OPS = {'apa': (apa, apa_reference), 'aglu': (aglu, aglu_reference)}
 

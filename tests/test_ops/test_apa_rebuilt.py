@@ -1,18 +1,30 @@
 """rebuilt_backward: the APA / AGLU backward at an input given as
 ``src * scale + shift + other * other_scale`` equals autograd through the
 rebuilt input and the op (kernel path, torch fallback, parameter chain)."""
-import importlib
-
 import pytest
 import torch
 
 from mmact.ops import aglu, apa, backends
-from mmact.ops.apa import rebuild_input, rebuilt_backward
-from mmact.ops.apa_cpu_kernel import get_kernel
+from mmact.ops.apa import cpu, rebuild_input, rebuilt, rebuilt_backward
+from mmact.ops.cpu_build import extension
 
-apa_mod = importlib.import_module('mmact.ops.apa')
 OPS = {'apa': apa, 'aglu': aglu}
 LAMBDA_MIN = 0.05
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The ops (``'apa'`` / ``'aglu'``) the fused C kernel that rebuilds
+    its input was called for."""
+    calls = []
+    real = cpu.backward_rebuilt
+
+    def counted(name, *args):
+        calls.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(cpu, 'backward_rebuilt', counted)
+    return calls
 
 
 def _case(dtype, nk, nl, spatial_scale=False, seed=0):
@@ -43,21 +55,15 @@ def _autograd(name, sources, kappa, lam, go):
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('nk,nl', [(1, 1), (8, 8), (8, 1), (1, 8)])
 @pytest.mark.parametrize('fused', [False, True])
-def test_matches_autograd(name, nk, nl, fused, monkeypatch):
-    if fused and get_kernel() is None:
-        pytest.skip('no C compiler: no fused CPU kernel')
+def test_matches_autograd(name, nk, nl, fused, kernel_calls):
+    """float32 CPU sources take the fused C kernel (its one call counted),
+    float64 ones the torch rebuild: both give autograd's gradients."""
+    if fused and extension() is None:
+        pytest.skip('no C++ compiler or ninja: no fused CPU kernel')
     dtype = torch.float32 if fused else torch.float64
     sources, kappa, lam, go = _case(dtype, nk, nl)
-    calls = []
-    if fused:
-        entries = dict(get_kernel()._rebuilt)
-        for key, real in get_kernel()._rebuilt.items():
-            entries[key] = (
-                lambda key, real: lambda *a: calls.append(key) or real(*a))(
-                    key, real)
-        monkeypatch.setattr(get_kernel(), '_rebuilt', entries)
     got = rebuilt_backward(name, go, kappa, lam, LAMBDA_MIN, 1, *sources)
-    assert calls == ([name] if fused else [])
+    assert kernel_calls == ([name] if fused else [])
     want = _autograd(name, sources, kappa, lam, go)
     tol = dict(rtol=1e-4, atol=1e-5) if fused else dict(rtol=1e-10, atol=1e-12)
     for a, b, what in zip(got, want, ('grad_z', 'grad_kappa', 'grad_l')):
@@ -67,7 +73,7 @@ def test_matches_autograd(name, nk, nl, fused, monkeypatch):
     assert not got[2][:2].any()
 
 
-def test_torch_fallback():
+def test_torch_fallback(kernel_calls):
     """Without the kernel, and for a scale the kernel cannot index
     (per position), z is rebuilt with torch: same gradients."""
     sources, kappa, lam, go = _case(torch.float32, 8, 8, seed=1)
@@ -77,11 +83,12 @@ def test_torch_fallback():
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     sources, kappa, lam, go = _case(torch.float32, 8, 8, True, seed=2)
-    assert not apa_mod._kernel_rebuildable(go, *sources, True, 1)
+    assert not rebuilt._kernel_rebuildable(go, *sources, True, 1)
     got = rebuilt_backward('apa', go, kappa, lam, LAMBDA_MIN, 1, *sources)
     want = _autograd('apa', sources, kappa, lam, go)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert kernel_calls == []
 
 
 def test_frozen_parameters_and_bad_name():
@@ -118,7 +125,7 @@ def test_lambda_at_its_floor_gets_no_gradient_on_either_path(name):
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_half_sources_are_rebuilt_with_torch(dtype):
+def test_half_sources_are_rebuilt_with_torch(dtype, kernel_calls):
     """Half-precision sources never reach the rebuilding C kernel (it reads
     float32); the input is rebuilt and the operator's backward runs on it
     (in float32 for the C path): the same gradients as autograd."""
@@ -127,6 +134,6 @@ def test_half_sources_are_rebuilt_with_torch(dtype):
     got = rebuilt_backward('aglu', go.to(dtype), kappa, lam, LAMBDA_MIN, 1,
                            *sources)
     want = _autograd('aglu', sources, kappa, lam, go.to(dtype))
-    assert got[0].dtype == dtype
+    assert got[0].dtype == dtype and kernel_calls == []
     for a, b in zip(got, want):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from mmact.ops import arelu
-from mmact.versions import TORCHSCRIPT_ONNX_EXPORT
+from mmact.compat import TORCHSCRIPT_ONNX_EXPORT
 
 
 def test_values_against_formula():

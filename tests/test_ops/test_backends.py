@@ -1,6 +1,6 @@
 """Which backends the ops use: the settings, read once
-(mmact.ops.backends), and the per-operator table (mmact.ops.apa)."""
-import importlib
+(mmact.ops.backends), and the per-operator table
+(mmact.ops.apa.dispatch)."""
 import os
 import subprocess
 import sys
@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from mmact.ops import aglu, backends
+from mmact.ops.apa.dispatch import implementation
 from mmact.ops.backends import use_triton
-from mmact.versions import triton_interpreter_available
+from mmact.compat import triton_interpreter_available
 
-apa_mod = importlib.import_module('mmact.ops.apa')
 needs_interpreter = pytest.mark.skipif(
     not triton_interpreter_available(),
     reason='needs Triton >= 3.0 (older Triton, or none: '
-    'tests/test_versions.py checks that refusal)')
+    'tests/test_compat.py checks that refusal)')
 
 
 def test_cpu_default_is_not_triton():
@@ -33,7 +33,7 @@ def test_environment_is_read_once(monkeypatch):
     try:
         assert not backends.settings().cpu_kernels
         x = torch.randn(4)
-        assert apa_mod._implementation(x, x[:1], x[:1]) == 'torch'
+        assert implementation(x, x[:1], x[:1]) == 'torch'
     finally:
         backends.configure(triton=old.triton, cpu_kernels=old.cpu_kernels)
 
@@ -91,7 +91,7 @@ def test_unsupported_inputs_take_the_torch_path(monkeypatch, device):
         x = torch.randn(4, 3, dtype=torch.float64, device=device)
         assert not use_triton(x)
         assert not use_triton(x.to_sparse())
-        assert apa_mod._implementation(x, x[0, :1], x[0, :1]) == 'torch'
+        assert implementation(x, x[0, :1], x[0, :1]) == 'torch'
         torch.testing.assert_close(
             aglu(x, 1.0, 1.0), torch.nn.functional.silu(x))
 
@@ -109,19 +109,19 @@ def test_traced_calls():
     seen = []
 
     def probe(x):
-        seen.append(apa_mod._implementation(x, x[:1], x[:1]))
+        seen.append(implementation(x, x[:1], x[:1]))
         return x * 2
 
     torch._dynamo.reset()
     torch.compile(probe, backend='eager', fullgraph=True)(torch.ones(2))
     torch.jit.trace(probe, torch.ones(2), check_trace=False)
-    assert seen == ['traced', 'traced']
+    assert seen == ['composite', 'composite']
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA GPU')
 def test_cuda_takes_triton():
     x = torch.randn(8, device='cuda', dtype=torch.bfloat16)
     assert use_triton(x) == (pytest.importorskip('triton') is not None)
-    assert apa_mod._implementation(x, x[:1], x[:1]) == 'triton'
+    assert implementation(x, x[:1], x[:1]) == 'triton'
     with backends.using(triton='off'):
-        assert apa_mod._implementation(x, x[:1], x[:1]) == 'torch'
+        assert implementation(x, x[:1], x[:1]) == 'torch'

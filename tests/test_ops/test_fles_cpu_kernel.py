@@ -1,21 +1,27 @@
-"""The fused float32 C kernel of FleS against the float64 composite, as the
-torch operator ``mmact::fles`` (``op``) and through ctypes (``c``)."""
+"""FleS's fused float32 CPU kernels against the float64 composite: the whole
+op as the torch operator ``mmact::fles`` (plan ``operator``) and the pixel
+passes around the torch MLP (plan ``passes``), for the host's build here
+and for every ISA's build in a subprocess of its own."""
 import importlib
+import os
+import os.path as osp
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from mmact.ops import backends
-from mmact.ops.cpu_build import supported_isas
-from mmact.ops.fles import (fles_fused, fles_mlp_scales, fles_reference,
+from mmact.ops.cpu_build import ISAS, _cache_dir, host_isa, supported_isas
+from mmact.ops.fles import (cpu, fles_fused, fles_mlp_scales, fles_reference,
                             fles_shared_mlp_scales, window_geometry)
-from mmact.ops.fles.cpu_kernel import (build_fles_kernel, get_fles_kernel,
-                                       get_fles_operator)
+from mmact.ops.fles.cpu import KERNEL_GATES, LOOP_MACS, operator_entry
 
 fused_mod = importlib.import_module('mmact.ops.fles.fused')
 
 pytestmark = pytest.mark.skipif(
-    get_fles_kernel() is None, reason='no C compiler: torch path only')
+    operator_entry() is None,
+    reason='no C++ compiler or ninja: the CPU extension is not built')
 
 GEOMS = [
     # tiles with cut border tiles, exact tiles, global; whole-row tiles
@@ -26,16 +32,26 @@ GEOMS = [
     (10, 6, (4, 6)),
 ]
 
+
+def _per_head(ind, *params):
+    """:func:`fles_mlp_scales` under another name: a scale function the
+    operator does not evaluate, so the ``passes`` plan runs."""
+    return fles_mlp_scales(ind, *params)
+
+
+def _shared(ind, *params):
+    """:func:`fles_shared_mlp_scales` under another name (``passes``)."""
+    return fles_shared_mlp_scales(ind, *params)
+
+
 LAYOUTS = {'per_head': fles_mlp_scales, 'shared': fles_shared_mlp_scales}
+PASSES_LAYOUTS = {'per_head': _per_head, 'shared': _shared}
+PASSES = ('stats', 'apply', 'gate_backward', 'indicator_backward')
 
 
-@pytest.fixture(params=['op', 'c'])
-def path(request, monkeypatch):
-    """Run a test through the torch operator and through ctypes."""
-    if request.param == 'op' and get_fles_operator() is None:
-        pytest.skip('no C++ compiler or ninja: the operator is not built')
-    if request.param == 'c':
-        monkeypatch.setattr(fused_mod, 'get_fles_operator', lambda: None)
+@pytest.fixture(params=['operator', 'passes'])
+def path(request):
+    """Run a test through the C++ operator and through the C passes."""
     return request.param
 
 
@@ -50,40 +66,42 @@ def _params(c, hidden, seed, layout='per_head'):
     ]
 
 
-def _grads(x, params, geom, gate, mode, go, fn, layout='per_head'):
+def _grads(x, params, geom, gate, mode, go, fn, scale_fn):
     x = x.detach().clone().requires_grad_()
     params = [p.detach().clone().requires_grad_() for p in params]
-    y = fn(x, geom, params, gate=gate, mode=mode, scale_fn=LAYOUTS[layout])
+    y = fn(x, geom, params, gate=gate, mode=mode, scale_fn=scale_fn)
     grads = torch.autograd.grad(y, [x] + params, go.to(y.dtype))
     return [y.detach()] + list(grads)
 
 
-def _spy(monkeypatch, path, kernel):
-    """Records the calls of the implementation ``path`` names."""
+def _spy(monkeypatch):
+    """Records the calls of the operator's entry (``'operator'``) and of
+    the C passes (their names)."""
     calls = []
-    if path == 'op':
-        real = get_fles_operator()
-        monkeypatch.setattr(fused_mod, 'get_fles_operator',
-                            lambda: lambda *a: calls.append(1) or real(*a))
-    else:
-        monkeypatch.setattr(fused_mod, 'get_fles_operator', lambda: None)
-        real = kernel.apply
-        monkeypatch.setattr(kernel, 'apply',
-                            lambda *a: calls.append(1) or real(*a))
+    entry = cpu.operator_entry()
+    # fles_fused remembers the entry it took: restored after the test
+    monkeypatch.setattr(fused_mod, '_entry', fused_mod._entry)
+    monkeypatch.setattr(
+        cpu, 'operator_entry',
+        lambda: lambda *a: calls.append('operator') or entry(*a))
+
+    def recorded(name, real):
+        return lambda *a: calls.append(name) or real(*a)
+
+    for name in PASSES:
+        monkeypatch.setattr(cpu, name, recorded(name, getattr(cpu, name)))
     return calls
 
 
-def _check(kernel,
-           monkeypatch,
+def _check(monkeypatch,
            h,
            w,
            window,
            gate,
            mode,
            seed=0,
-           path='c',
+           path='operator',
            layout='per_head'):
-    monkeypatch.setattr(fused_mod, 'get_fles_kernel', lambda: kernel)
     g = torch.Generator().manual_seed(seed)
     c = 6
     x = torch.randn(3, c, h, w, generator=g) * 2
@@ -95,11 +113,13 @@ def _check(kernel,
     go = torch.randn(3, c, h, w, generator=g)
     params = _params(c, 3, seed, layout)
     geom = window_geometry(h, w, window)
-    calls = _spy(monkeypatch, path, kernel)
-    got = _grads(x, params, geom, gate, mode, go, fles_fused, layout)
-    assert calls, f'the {path} implementation was not used'
+    scale_fn = (LAYOUTS if path == 'operator' else PASSES_LAYOUTS)[layout]
+    calls = _spy(monkeypatch)
+    got = _grads(x, params, geom, gate, mode, go, fles_fused, scale_fn)
+    # the operator runs alone; the passes run each once, all in C
+    assert calls == (['operator'] if path == 'operator' else list(PASSES))
     want = _grads(x.double(), [p.double() for p in params], geom, gate, mode,
-                  go.double(), fles_reference, layout)
+                  go.double(), fles_reference, LAYOUTS[layout])
     names = ['out', 'grad_x', 'fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
     for a, b, name in zip(got, want, names):
         assert a.dtype == torch.float32
@@ -108,42 +128,77 @@ def _check(kernel,
         # products with inputs of up to 100 over every window)
         atol = 1e-5 + 2e-5 * float(b.abs().max())
         torch.testing.assert_close(
-            a, b.float(), rtol=1e-4, atol=atol, msg=f'{gate} {mode} {name}')
+            a,
+            b.float(),
+            rtol=1e-4,
+            atol=atol,
+            msg=f'{path} {gate} {mode} {name}')
 
 
 @pytest.mark.parametrize('h,w,window', GEOMS)
-@pytest.mark.parametrize('gate',
-                         ['sigmoid', 'tanh_gate', 'erf', 'tanh_softplus'])
+@pytest.mark.parametrize('gate', KERNEL_GATES)
 @pytest.mark.parametrize('mode', ['positive', 'mean'])
 @pytest.mark.parametrize('layout', ['per_head', 'shared'])
 def test_kernel_matches_float64(h, w, window, gate, mode, layout, path,
                                 monkeypatch):
-    _check(
-        get_fles_kernel(),
-        monkeypatch,
-        h,
-        w,
-        window,
-        gate,
-        mode,
-        path=path,
-        layout=layout)
+    _check(monkeypatch, h, w, window, gate, mode, path=path, layout=layout)
 
 
-@pytest.mark.parametrize('isa', ['avx512', 'avx2', 'portable'])
-def test_every_isa_build_matches_float64(isa, tmp_path, monkeypatch):
+def _isa_checks(isa: str, cache_dir: str) -> None:
+    """Every FleS check of one ISA's build, in a process whose extension is
+    that build (``MMACT_CPU_ISA``, ``MMACT_CACHE_DIR``): another ISA's
+    build cannot be loaded beside the host's (its torch operators would be
+    registered twice)."""
+    from mmact.ops.cpu_build import extension
+    module = extension()
+    assert module is not None
+    assert osp.dirname(module.__file__).startswith(
+        osp.join(cache_dir, f'mmact_cpu_{isa}_')), module.__file__
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for path in ('operator', 'passes'):
+            for gate in KERNEL_GATES:
+                _check(monkeypatch, 11, 17, (3, 5), gate, 'positive', 1, path)
+                _check(monkeypatch, 7, 9, None, gate, 'positive', 1, path)
+            _check(monkeypatch, 10, 6, (4, 6), 'erf', 'mean', 1, path,
+                   'shared')
+    print(f'{isa}: checked')
+
+
+_ISA_RUN = '''
+import importlib.util
+import sys
+spec = importlib.util.spec_from_file_location('fles_isa_checks', sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module._isa_checks(sys.argv[2], sys.argv[3])
+'''
+
+
+@pytest.mark.parametrize('isa', [
+    isa if isa == host_isa() else pytest.param(isa, marks=pytest.mark.slow)
+    for isa in ISAS
+])
+def test_every_isa_build_matches_float64(isa):
+    """Each ISA's build against float64, through the operator and the
+    passes: the host's in this process, every other in a subprocess of its
+    own, built into the cache in force (shared with the APA ISA test)."""
     if isa not in supported_isas():
         pytest.skip(f'this CPU cannot run {isa} code (no such hardware)')
-    kernel = build_fles_kernel(isa, cache_dir=str(tmp_path))
-    for gate in ('sigmoid', 'erf', 'tanh_softplus'):
-        _check(kernel, monkeypatch, 11, 17, (3, 5), gate, 'positive', seed=1)
-        _check(kernel, monkeypatch, 7, 9, None, gate, 'positive', seed=1)
+    if isa == host_isa():
+        _isa_checks(isa, _cache_dir())
+        return
+    env = dict(os.environ, MMACT_CPU_ISA=isa)
+    env.pop('MMACT_DISABLE_CPU_KERNEL', None)
+    args = [sys.executable, '-c', _ISA_RUN, __file__, isa, _cache_dir()]
+    run = subprocess.run(
+        args, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1] == f'{isa}: checked'
 
 
 @pytest.mark.parametrize('mode', ['softplus', 'quasi_linear'])
 def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
-    """Indicators the kernel lacks run in torch; the gate still in C."""
-    monkeypatch.setattr(fused_mod, 'get_fles_kernel', get_fles_kernel)
+    """Indicators the kernels lack run in torch; the gate still in C."""
     g = torch.Generator().manual_seed(2)
     c = 4
     x = torch.randn(2, c, 8, 9, generator=g)
@@ -167,7 +222,9 @@ def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
         return [y.detach()] + list(
             torch.autograd.grad(y, leaves, go.to(y.dtype), allow_unused=True))
 
+    calls = _spy(monkeypatch)
     got = run(x, params, gamma, beta, fles_fused)
+    assert calls == ['apply', 'gate_backward']
     want = run(x.double(), [p.double() for p in params], gamma.double(),
                beta.double(), fles_reference)
     for a, b in zip(got, want):
@@ -177,7 +234,11 @@ def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
         torch.testing.assert_close(a, b.float(), rtol=1e-4, atol=1e-5)
 
 
-def test_dispatch(path):
+class _Subclass(torch.Tensor):
+    """A tensor subclass: neither the operator nor the passes take it."""
+
+
+def test_dispatch():
     x = torch.randn(2, 3, 8, 8)
     tiles = window_geometry(8, 8, (3, 3))
     params = _params(3, 2, 0)
@@ -194,16 +255,38 @@ def test_dispatch(path):
     def parts(p):
         return p.name, p.c_stats, p.c_gate
 
-    whole = 'operator' if path == 'op' else 'c'
-    assert plan(x, tiles).name == whole
-    assert plan(x, window_geometry(8, 8)).name == whole
-    assert plan(x, tiles, scale_fn=fles_shared_mlp_scales).name == whole
+    whole = plan(x, tiles)
+    assert whole.name == 'operator' and whole.operator is operator_entry()
+    assert plan(x, window_geometry(8, 8)).name == 'operator'
+    assert plan(x, tiles, scale_fn=fles_shared_mlp_scales).name == 'operator'
+    assert plan(
+        x, tiles,
+        params=[torch.nn.Parameter(p) for p in params]).name == 'operator'
+    # the operator's loops take n * grid * C * hidden * 2 multiply-adds up
+    # to LOOP_MACS (here 2 * 9 * 3 * hidden * 2); a larger MLP: the passes
+    hidden = LOOP_MACS // (2 * 9 * 3 * 2)
+    assert plan(x, tiles, params=_params(3, hidden, 0)).name == 'operator'
+    assert cpu.loop_sized(x, tiles, hidden)
+    assert not cpu.loop_sized(x, tiles, hidden + 1)
+    assert parts(plan(x, tiles, params=_params(3, hidden + 1,
+                                               0))) == ('passes', True, True)
     # what the operator lacks: the pixel passes in C, the rest in torch
-    assert parts(plan(x, tiles, scale_fn=lambda *a: a)) == ('c', True, True)
-    assert parts(plan(x, tiles, params=[p.double()
-                                        for p in params])) == ('c', True, True)
-    assert parts(plan(x, tiles, 'sigmoid', 'softplus')) == ('c', False, True)
+    assert parts(plan(x, tiles,
+                      scale_fn=lambda *a: a)) == ('passes', True, True)
+    assert parts(plan(x, tiles,
+                      params=[p.double()
+                              for p in params])) == ('passes', True, True)
+    assert parts(plan(x, tiles, 'sigmoid',
+                      'softplus')) == ('passes', False, True)
+    assert parts(plan(x, tiles, 'erf',
+                      'quasi_linear')) == ('passes', False, True)
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        assert parts(plan(x, tiles)) == ('passes', True, True)
+    # no C kernel at all
     assert plan(x, window_geometry(8, 8, (3, 3), (2, 2))).name == 'torch'
     assert plan(x.double(), tiles).name == 'torch'
+    assert plan(x.transpose(2, 3), tiles).name == 'torch'
+    assert plan(x.as_subclass(_Subclass), tiles).name == 'torch'
     with backends.using(cpu_kernels=False):
         assert plan(x, tiles).name == 'torch'

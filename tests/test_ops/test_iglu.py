@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mmact.ops import iglu, iglu_approx
-from mmact.versions import TORCHSCRIPT_ONNX_EXPORT
+from mmact.compat import TORCHSCRIPT_ONNX_EXPORT
 
 
 def test_iglu_formula_and_limits():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmact.versions import triton_interpreter_available, triton_version
+from mmact.compat import triton_interpreter_available, triton_version
 
 HERE = Path(__file__).resolve().parent
 CASES = ['triton_apa_cases.py', 'triton_fles_cases.py']
@@ -117,7 +117,7 @@ REBUILD = {
 def test_apa_kernels_compile(axis, per_channel, rebuild):
     """The interpreter does not type-check like the compiler does."""
     pytest.importorskip('triton')
-    from mmact.ops import apa_triton_kernels as kernels
+    from mmact.ops.apa import triton_kernels as kernels
     ints = dict(P='i32', Q='i32', C='i32', n_q='i32')
     params = dict(k_ptr='*fp32', l_ptr='*fp32')
     common = dict(

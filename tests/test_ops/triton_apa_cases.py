@@ -11,11 +11,11 @@ import os
 import pytest
 import torch
 
-import mmact.ops.apa_triton as triton_apa
 from mmact.models.activations import AGLU
 from mmact.models.backbones import ActResNet
 from mmact.ops import aglu, apa
 from mmact.ops.apa import rebuild_input, rebuilt_backward
+from mmact.ops.apa import triton as triton_apa
 
 DEVICE = os.environ.get('MMACT_TEST_DEVICE', 'cpu')
 OPS = {'apa': apa, 'aglu': aglu}

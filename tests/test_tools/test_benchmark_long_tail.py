@@ -1,4 +1,4 @@
-"""tools/analysis/benchmark_long_tail.py: the data split and a short run."""
+"""tools/benchmarks/benchmark_long_tail.py: the data split and a short run."""
 import json
 import os
 import subprocess
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / 'tools/analysis/benchmark_long_tail.py'
+SCRIPT = REPO / 'tools/benchmarks/benchmark_long_tail.py'
 
 
 def test_long_tailed_counts_follow_the_imbalance_factor(load_tool):
-    bench = load_tool('tools/analysis/benchmark_long_tail.py')
+    bench = load_tool('tools/benchmarks/benchmark_long_tail.py')
     counts = bench.long_tailed_counts(100, 100.0)
     # floor(100 * 100^(-i/9))
     assert counts == [100, 59, 35, 21, 12, 7, 4, 2, 1, 1]
@@ -22,7 +22,7 @@ def test_long_tailed_counts_follow_the_imbalance_factor(load_tool):
 
 
 def test_digits_split_is_long_tailed_balanced_and_disjoint(load_tool):
-    bench = load_tool('tools/analysis/benchmark_long_tail.py')
+    bench = load_tool('tools/benchmarks/benchmark_long_tail.py')
     x_train, y_train, x_test, y_test = bench.digits_split(100, 100.0, 50)
     assert np.bincount(y_train).tolist() == [100, 59, 35, 21, 12, 7, 4, 2,
                                              1, 1]

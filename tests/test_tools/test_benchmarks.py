@@ -1,4 +1,4 @@
-"""CPU benchmarks in tools/analysis: smoke runs on tiny shapes (no timed
+"""CPU benchmarks in tools/benchmarks: smoke runs on tiny shapes (no timed
 assertions) and the shared method in bench_utils."""
 import mmap
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = REPO / 'tools/analysis'
+TOOLS = REPO / 'tools/benchmarks'
 
 
 def run(script, *args):
@@ -167,7 +167,7 @@ def test_backbone_benchmark_compile_table():
 
 
 def test_interleaved_counts_page_faults(load_tool):
-    bench = load_tool('tools/analysis/bench_utils.py')
+    bench = load_tool('tools/benchmarks/bench_utils.py')
     pages = 256
 
     def touch_fresh_pages():
@@ -192,14 +192,14 @@ def test_interleaved_counts_page_faults(load_tool):
 
 
 def test_round_ratios_and_spread(load_tool):
-    bench = load_tool('tools/analysis/bench_utils.py')
+    bench = load_tool('tools/benchmarks/bench_utils.py')
     times = {'a': [1.0, 2.0, 4.0], 'b': [2.0, 2.0, 2.0]}
     assert bench.round_ratios(times, 'b', 'a') == (1.0, 0.5, 2.0)
     assert bench.fmt_spread((1.0, 0.5, 2.0)) == '1.00 [0.50-2.00]'
 
 
 def test_allocator_choice(load_tool, monkeypatch):
-    bench = load_tool('tools/analysis/bench_utils.py')
+    bench = load_tool('tools/benchmarks/bench_utils.py')
     calls = []
     monkeypatch.setattr(bench.os, 'execve', lambda *a: calls.append(a[2]))
     for key in list(os.environ):

@@ -39,7 +39,7 @@ from mmact.analysis import (build_split_dataloader, format_table,
 from mmact.analysis.cli import analysis_parser, config_and_model, figure_path
 from mmact.analysis.swap_fidelity import (calibrate_bn, compare_variants,
                                           swap_variants)
-from mmact.models.utils.match import DEFAULT_TOLERANCE
+from mmact.models.utils.swap_fit import DEFAULT_TOLERANCE
 
 
 def _inputs(args, cfg, model):

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from mmact.ops import aglu, apa
 from mmact.ops.apa import rebuilt_backward
-from mmact.ops.match import fit_gate
+from mmact.ops.apa.gate_fit import fit_gate
 
 from .base import LearnableActivation
 
@@ -168,7 +168,7 @@ class _AdaptiveParametric(LearnableActivation, BaseModule):
     def match(self, target: nn.Module, means: Tensor, stds: Tensor,
               tolerance: float) -> Tensor:
         """Fit kappa and lambda to ``target``
-        (:meth:`LearnableActivation.match`; :func:`mmact.ops.match.fit_gate`
+        (:meth:`LearnableActivation.match`; :func:`mmact.ops.apa.gate_fit.fit_gate`
         with one pair, or one per channel when ``num_parameters`` > 1)."""
         kind = self.match_kind(target)
         if kind is None:
@@ -259,7 +259,7 @@ class AGLU(_AdaptiveParametric):
     GELU approximation; large ``kappa`` tends to ReLU and large ``lambda``
     to the identity. :meth:`match` sets it to a SiLU / Swish it replaces
     exactly, fits GELU, Hardswish and Mish, and approaches ReLU with the
-    smallest kappa that reaches the tolerance (:mod:`mmact.ops.match`).
+    smallest kappa that reaches the tolerance (:mod:`mmact.ops.apa.gate_fit`).
 
     Args:
         num_parameters (int): 1 for one shared ``(kappa, lambda)`` per layer

@@ -15,7 +15,7 @@ its own file:
   parameters are known (curves and ``E[f(X)]`` are then plotted);
 * ``match_targets`` and :meth:`~LearnableActivation.match`: the activations
   it can stand in for and the fit of its parameters to one of them (the
-  function-preserving swap of :mod:`mmact.models.utils.match`);
+  function-preserving swap of :mod:`mmact.models.utils.swap_fit`);
 * :meth:`~LearnableActivation.backward_from_sources`: its backward at an
   input that was not kept but is rebuilt from the tensors it was computed
   from (the memory-lean backward of
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Attribute of an activation whose function-preserving fit waits for the
-# model's first forward (set by mmact.models.utils.match).
+# model's first forward (set by mmact.models.utils.swap_fit).
 PENDING_MATCH = '_pending_match'
 
 
@@ -59,7 +59,7 @@ class LearnableActivation:
             parameters also expose ``num_parameters`` and ``channel_dim``.
         match_targets (tuple[tuple[type, str]]): ``(activation class, kind)``
             pairs :meth:`match` can fit; kinds as in
-            :func:`mmact.ops.match.fit_gate` (``'exact'``, ``'best'``,
+            :func:`mmact.ops.apa.gate_fit.fit_gate` (``'exact'``, ``'best'``,
             ``'limit'``). Empty: no fit is declared.
     """
 

@@ -40,13 +40,14 @@ from torch import Tensor
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
-from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
+from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, K_HO_MIN,
+                            check_window_args,
                             fles_apply, fles_fused, fles_gate, fles_mlp_scales,
                             fles_proto_scales, fles_reference, fles_scales,
                             fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
 from mmact.ops.fles.fused import operator_entry, operator_window
-from mmact.versions import autocast_may_apply, is_compiling, lazy_module_init
+from mmact.compat import autocast_may_apply, is_compiling, lazy_module_init
 
 from .base import LearnableActivation
 
@@ -419,7 +420,7 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                 params = self._parameters
                 y = entry(x, params.get('fc1_weight'), params.get('fc1_bias'),
                           params.get('fc2_weight'), params.get('fc2_bias'),
-                          *window, self.gate, self.indicator)
+                          *window, self.gate, self.indicator, K_HO_MIN)
                 if y is not None:
                     return y
         xc, layout = self._channels_first(x, hw_shape)

@@ -12,7 +12,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 from mmact.ops.meta_acon import acon_c
-from mmact.versions import lazy_module_init
+from mmact.compat import lazy_module_init
 
 from .base import LearnableActivation
 

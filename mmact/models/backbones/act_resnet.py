@@ -36,7 +36,7 @@ from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from ...versions import forward_ad_active, is_tracing
+from ...compat import forward_ad_active, is_tracing
 from .recompute import (can_fuse_residual, default_recompute, norm_act,
                         residual_act)
 from .reference_layout import check_pretrained_layout

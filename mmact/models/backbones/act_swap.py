@@ -8,7 +8,7 @@ from mmdet.registry import MODELS as MMDET_MODELS
 from mmengine.registry import MODELS
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from mmact.models.utils.match import (DEFAULT_TOLERANCE, check_match_args,
+from mmact.models.utils.swap_fit import (DEFAULT_TOLERANCE, check_match_args,
                                       defer_match)
 from mmact.models.utils.swap import (TypeSpec, resolve_types,
                                      replace_activations)
@@ -57,7 +57,7 @@ def ActSwapBackbone(backbone: dict,
         exclude (Sequence[str], optional): fnmatch patterns of module names
             to keep.
         match (bool): Fit every new activation to the one it replaces
-            (function-preserving swap, :mod:`mmact.models.utils.match`). The
+            (function-preserving swap, :mod:`mmact.models.utils.swap_fit`). The
             fit runs on the backbone's first forward, after
             ``init_cfg=dict(type='Pretrained', ...)`` and ``load_from``
             loaded the weights it reads; activations whose parameters a

@@ -1,4 +1,4 @@
-from .match import (DEFAULT_TOLERANCE, InputMoments, MatchRecord,
+from .swap_fit import (DEFAULT_TOLERANCE, InputMoments, MatchRecord,
                     defer_match, input_moments, match_activations)
 from .materialize import build_materialized_model, materialize_lazy_modules
 from .swap import (known_shared_activations, replace_activations,

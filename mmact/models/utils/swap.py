@@ -30,7 +30,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.registry import MODELS
 
-from .match import (DEFAULT_TOLERANCE, Swap, check_match_args,
+from .swap_fit import (DEFAULT_TOLERANCE, Swap, check_match_args,
                     check_matchable, format_records, input_moments,
                     match_activations)
 
@@ -244,7 +244,7 @@ def swap_activations(
     shared ``relu`` first.
 
     With ``match=True`` each new activation is fitted to the one it
-    replaces (:mod:`mmact.models.utils.match`): Sigmoid -> APA and
+    replaces (:mod:`mmact.models.utils.swap_fit`): Sigmoid -> APA and
     SiLU -> AGLU exactly, ReLU -> AGLU with the smallest kappa within
     ``tolerance``, GELU -> AGLU by the best fit. Load the pretrained
     weights first: the fit reads the BatchNorms.

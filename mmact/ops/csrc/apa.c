@@ -1,4 +1,4 @@
-/* Fused float32 CPU kernels for APA / AGLU (mmact.ops.apa_cpu_kernel).
+/* Fused float32 CPU kernels for APA / AGLU (mmact.ops.apa.cpu).
  * Public entries and their documentation: apa.h. */
 #include <stdlib.h>
 #include <string.h>

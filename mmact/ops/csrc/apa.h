@@ -1,9 +1,9 @@
 /* Fused float32 CPU kernels for APA / AGLU (Alexandridis et al. 2025);
- * the math is that of mmact/ops/apa.py, in one pass over memory.
+ * the math is that of mmact/ops/apa/formula.py, in one pass over memory.
  *
  * These prototypes are the only declaration of the entries: apa.c is
- * compiled against them and mmact.ops.cpu_build declares the ctypes
- * functions from them (pointers, int64_t, float only).
+ * compiled against them and apa_op.cpp takes its function types from
+ * them.
  *
  * Tensors are contiguous float32 viewed as (outer, C, inner); channel
  * c = (i / inner) % C takes parameters kp[c], lp[c] (C = 1: one shared

@@ -1,24 +1,31 @@
 // APA / AGLU as torch operators, mmact::apa and mmact::aglu: the kernels of
 // apa.c (compiled into this library) behind the dispatcher, with the
-// backward as a C++ autograd node, and a Python module (mmact_apa_op) with
-// an entry per operator, so that a call on a CPU tensor costs about what a
-// native activation's does (no Python autograd.Function, no ctypes).
+// backward as a C++ autograd node, and a Python entry per operator
+// (module.cpp), so that a call on a CPU tensor costs about what a native
+// activation's does (no Python autograd.Function).
+//
+// mmact::apa_backward_rebuilt / aglu_backward_rebuilt: the backward at an
+// input rebuilt per element from src * scale + shift + other * other_scale
+// (mmact.ops.apa.rebuilt_backward; no autograd, called from a backward).
 //
 // Schema: (Tensor x, Tensor kappa, Tensor lambda_, float lambda_min,
 // int channel_dim) -> Tensor. x: float32 / float16 / bfloat16 CPU tensor
 // (half precision is evaluated in float32); kappa, lambda_: raw float32
 // parameters with 1 or C values each (C = x.size(channel_dim)); lambda is
 // clamped to lambda_min inside, and the gradients are those of the raw
-// parameters (zero for lambda where it is clamped), as in mmact/ops/apa.py.
+// parameters (zero for lambda where it is clamped), as in
+// mmact/ops/apa/params.py.
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
 #include <string>
+#include <tuple>
 
 #include "op_node.h"
 
@@ -30,22 +37,22 @@ namespace {
 
 using torch::autograd::variable_list;
 
-using Forward = int64_t (*)(const float*, float*, const float*,
-                            const float*, float, int64_t, int64_t, int64_t,
-                            int64_t);
-using Backward = int64_t (*)(const float*, const float*, float*,
-                             const float*, const float*, float, int64_t,
-                             int64_t, int64_t, int64_t, float*, float*);
+// The kernels' signatures, as apa.h declares them.
+using Forward = decltype(&apa_forward);
+using Backward = decltype(&apa_backward);
+using Rebuilt = decltype(&apa_backward_rebuilt);
 
 struct Entries {
   const char* name;
   Forward forward;
   Backward backward;
+  Rebuilt rebuilt;
 };
-const Entries kApa{"apa", apa_forward, apa_backward};
-const Entries kAglu{"aglu", aglu_forward, aglu_backward};
+const Entries kApa{"apa", apa_forward, apa_backward, apa_backward_rebuilt};
+const Entries kAglu{"aglu", aglu_forward, aglu_backward,
+                    aglu_backward_rebuilt};
 
-// The same words as mmact.ops.apa._broadcast_shape.
+// The same words as mmact.ops.checks.broadcast_shape.
 void check_count(const at::Tensor& p, const char* what, const at::Tensor& x,
                  int64_t dim) {
   const int64_t channels = x.size(dim);
@@ -205,18 +212,83 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
   return y;
 }
 
+// A per-channel coefficient of the rebuilt input as the kernel reads it:
+// C values (N * C for a per-row scale) in float32, `fill` where absent.
+at::Tensor coefficient(const c10::optional<at::Tensor>& t, int64_t channels,
+                       float fill) {
+  if (!t.has_value() || !t->defined()) {
+    return at::full({channels}, fill, at::kFloat);
+  }
+  return as_float(*t);
+}
+
+// The backward at z = src * scale + shift + other * other_scale, rebuilt per
+// element: (N, C, ...) float32 src, other and grad_out of one shape,
+// per-channel coefficients (scale also per (n, c) row), parameters shared
+// or along dim 1. The parameter gradients are those of the raw parameters,
+// undefined (None) where not wanted.
+template <const Entries& E>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_rebuilt(
+    const at::Tensor& grad_out, const at::Tensor& kappa,
+    const at::Tensor& lambda, double lambda_min, const at::Tensor& src,
+    const c10::optional<at::Tensor>& scale,
+    const c10::optional<at::Tensor>& shift,
+    const c10::optional<at::Tensor>& other,
+    const c10::optional<at::Tensor>& other_scale, bool need_kappa,
+    bool need_lambda) {
+  const bool has_other = other.has_value() && other->defined();
+  TORCH_CHECK(src.dim() >= 2 && src.scalar_type() == at::kFloat &&
+                  grad_out.sizes() == src.sizes() &&
+                  grad_out.scalar_type() == at::kFloat &&
+                  (!has_other || (other->sizes() == src.sizes() &&
+                                  other->scalar_type() == at::kFloat)),
+              "mmact::", E.name,
+              "_backward_rebuilt takes float32 (N, C, ...) src, grad_out and ",
+              "other of one shape (got src ", src.sizes(),
+              "); call mmact.ops.apa.rebuilt_backward, which picks the ",
+              "implementation");
+  const Layout l = layout(src, kappa, lambda, 1);
+  const int64_t channels = src.size(1);
+  int64_t inner = 1;
+  for (int64_t d = 2; d < src.dim(); ++d) inner *= src.size(d);
+  const at::Tensor z = as_float(src), go = as_float(grad_out);
+  const at::Tensor oth = has_other ? as_float(*other) : at::Tensor();
+  const at::Tensor za = coefficient(scale, channels, 1.0f),
+                   zb = coefficient(shift, channels, 0.0f),
+                   zd = coefficient(other_scale, channels, 1.0f);
+  at::Tensor gx = mmact::empty_cpu(z.sizes(), at::kFloat), gk, gl;
+  if (need_kappa) gk = mmact::empty_cpu(l.kappa.sizes(), at::kFloat);
+  if (need_lambda) gl = mmact::empty_cpu(l.lambda.sizes(), at::kFloat);
+  const int64_t status = E.rebuilt(
+      z.data_ptr<float>(), has_other ? oth.data_ptr<float>() : nullptr,
+      go.data_ptr<float>(), gx.data_ptr<float>(), za.data_ptr<float>(),
+      zb.data_ptr<float>(), zd.data_ptr<float>(), za.numel() != channels,
+      l.kappa.data_ptr<float>(), l.lambda.data_ptr<float>(),
+      static_cast<float>(lambda_min), l.channels > 1, channels,
+      inner, z.numel(),
+      at::get_num_threads(), need_kappa ? gk.data_ptr<float>() : nullptr,
+      need_lambda ? gl.data_ptr<float>() : nullptr);
+  TORCH_CHECK(status == 0, E.name,
+              " backward: no memory for its sums or channel constants");
+  if (need_kappa) gk = to_param(gk, kappa);
+  if (need_lambda) gl = to_param(gl, lambda);
+  return {gx, gk, gl};
+}
+
 using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, double, int64_t);
 
-// The Python entry of an operator, what mmact.ops.apa / aglu call first:
+// The Python entry of an operator, what mmact.ops.apa / aglu call first
+// (module.cpp lists it):
 // for a call the operator takes (plain float32 / float16 / bfloat16 strided
 // CPU input, float32 CPU parameters, a float lambda_min > 0, an int (not
 // bool) channel_dim, mmact::direct_call) it unpacks the arguments and calls
 // through the dispatcher, so autograd applies, for ~2 us less than
 // torch.ops' boxed call; any other call it declines with None, and
-// mmact.ops.apa._implementation picks another implementation.
+// mmact.ops.apa.dispatch.implementation picks another implementation (its
+// table's 'op' row is this rule).
 template <const Entries& E>
-PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* python_entry(PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow(
@@ -250,18 +322,19 @@ PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
-PyMethodDef methods[] = {
-    {"apa", reinterpret_cast<PyCFunction>(
-                reinterpret_cast<void (*)()>(python_entry<kApa>)),
-     METH_FASTCALL, "mmact::apa(x, kappa, lambda_, lambda_min, channel_dim)"},
-    {"aglu", reinterpret_cast<PyCFunction>(
-                 reinterpret_cast<void (*)()>(python_entry<kAglu>)),
-     METH_FASTCALL, "mmact::aglu(x, kappa, lambda_, lambda_min, channel_dim)"},
-    {nullptr, nullptr, 0, nullptr}};
-
 }  // namespace
 
-MMACT_PYTHON_MODULE(methods)
+namespace mmact {
+
+PyObject* python_apa(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return python_entry<kApa>(args, nargs);
+}
+
+PyObject* python_aglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return python_entry<kAglu>(args, nargs);
+}
+
+}  // namespace mmact
 
 // A fragment: fles_op.cpp registers into the same namespace.
 TORCH_LIBRARY_FRAGMENT(mmact, m) {
@@ -269,11 +342,21 @@ TORCH_LIBRARY_FRAGMENT(mmact, m) {
         "int channel_dim) -> Tensor");
   m.def("aglu(Tensor x, Tensor kappa, Tensor lambda_, float lambda_min, "
         "int channel_dim) -> Tensor");
+#define MMACT_REBUILT_SCHEMA                                                \
+  "_backward_rebuilt(Tensor grad_out, Tensor kappa, Tensor lambda_, "        \
+  "float lambda_min, Tensor src, Tensor? scale, Tensor? shift, "             \
+  "Tensor? other, Tensor? other_scale, bool need_kappa, bool need_lambda) " \
+  "-> (Tensor, Tensor, Tensor)"
+  m.def("apa" MMACT_REBUILT_SCHEMA);
+  m.def("aglu" MMACT_REBUILT_SCHEMA);
+#undef MMACT_REBUILT_SCHEMA
 }
 
 TORCH_LIBRARY_IMPL(mmact, CPU, m) {
   m.impl("apa", cpu<kApa>);
   m.impl("aglu", cpu<kAglu>);
+  m.impl("apa_backward_rebuilt", backward_rebuilt<kApa>);
+  m.impl("aglu_backward_rebuilt", backward_rebuilt<kAglu>);
 }
 
 TORCH_LIBRARY_IMPL(mmact, Autograd, m) {

@@ -1,5 +1,5 @@
 /* Fused float32 CPU kernels for the FleS pixel passes
- * (mmact.ops.fles.cpu_kernel). Public entries and their documentation:
+ * (mmact.ops.fles.cpu). Public entries and their documentation:
  * fles.h. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,6 @@
 /* Fused float32 CPU kernels for the FleS pixel passes
- * (mmact.ops.fles.cpu_kernel); fles.c is compiled against these
- * prototypes and mmact.ops.cpu_build declares the ctypes functions from
- * them (pointers, int64_t, float only).
+ * (mmact.ops.fles.cpu); fles.c is compiled against these prototypes and
+ * fles_op.cpp takes its function types from them.
  *
  * Maps are contiguous (planes, H, W) float32, per-window values
  * (planes, nh, nw) with windows of kh x kw cut at the border (no overlap).

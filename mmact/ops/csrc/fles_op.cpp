@@ -1,18 +1,22 @@
 // FleS on tiles or a global window as a torch operator, mmact::fles: the
 // pixel passes of fles.c (compiled into this library), the scale MLP and
-// its VJP (plain loops on small grids, ATen matmuls on large ones), the
-// backward as a C++ autograd node, and a Python module (mmact_fles_op) with
-// an entry for it. The Python path (mmact/ops/fles/fused.py) pays ~10
-// Python-level torch calls for the MLP each way and four ctypes calls.
-// mmact/ops/fles/scales.py is the reference of the MLP math.
+// its VJP as loops (fles_mlp.h: the small MLPs, where the Python path's ~10
+// torch calls each way cost more than the product), the backward as a C++
+// autograd node, and a Python entry (module.cpp).
+//
+// The pixel passes alone, for the Python path (mmact/ops/fles/fused.py:
+// larger MLPs, other scale functions and indicators): mmact::fles_stats,
+// fles_apply, fles_gate_backward, fles_indicator_backward (no autograd).
 //
 // Schema: (Tensor x, Tensor fc1_weight, Tensor fc1_bias, Tensor fc2_weight,
-// Tensor fc2_bias, int kh, int kw, str gate, str mode) -> Tensor.
+// Tensor fc2_bias, int kh, int kw, str gate, str mode, float k_ho_min)
+// -> Tensor.
 // x: contiguous float32 (N, C, H, W) CPU map; windows kh x kw from the
 // top-left corner, cut at the border (kh = H, kw = W: one global window);
 // MLP parameters float32, per head (fc1 (2, h, C)) or with a shared trunk
 // (fc1 (h, C)), heads fc2 (2, C, h), fc2_bias (2, C); gate sigmoid,
-// tanh_gate, erf or tanh_softplus; indicator mode positive or mean.
+// tanh_gate, erf or tanh_softplus; indicator mode positive or mean;
+// k_ho_min: the floor of k_ho (mmact.ops.fles.scales.K_HO_MIN).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -32,16 +36,15 @@ extern "C" {
 #include "fles.c"
 }
 
+#include "fles_mlp.h"
+
 namespace {
 
+using mmact::Mlp;
 using torch::autograd::variable_list;
 
-// The same floor as mmact.ops.fles.scales.K_HO_MIN.
-constexpr double kKHoMin = 1e-6;
-// Pixels per thread at least, and the grids on which the MLP runs on one
-// thread (as mmact.ops.fles.fused._small_op_threads).
+// Pixels per thread at least.
 constexpr int64_t kMinPerThread = 1 << 15;
-constexpr int64_t kSmallGrid = 1 << 18;
 
 // The signatures fles.h declares (one per pass for every gate).
 using Apply = decltype(&fles_apply_sigmoid_run);
@@ -66,6 +69,18 @@ const Gate kGates[] = {
     {"erf", fles_apply_erf_run, fles_gate_bwd_erf_run, 1.0f},
     {"tanh_softplus", fles_apply_mish_run, fles_gate_bwd_mish_run, 1.0f}};
 const char* const kModes[] = {"positive", "mean"};
+
+// Whether the kernels have the gate / indicator mode `name`.
+bool has_gate(c10::string_view name) {
+  for (const Gate& g : kGates) {
+    if (name == g.name) return true;
+  }
+  return false;
+}
+
+bool has_mode(c10::string_view name) {
+  return name == kModes[0] || name == kModes[1];
+}
 
 const Gate& find_gate(c10::string_view name) {
   for (const Gate& g : kGates) {
@@ -134,258 +149,48 @@ void check_inputs(const at::Tensor& x, const at::Tensor& w1,
   }
 }
 
-// One intra-op thread for the MLP's small ATen calls on a small grid: with
-// several, each call ends in a barrier that a descheduled worker stalls.
-class SmallGridThreads {
- public:
-  explicit SmallGridThreads(int64_t grid_values)
-      : threads_(at::get_num_threads()),
-        active_(threads_ > 1 && grid_values <= kSmallGrid) {
-    if (active_) at::set_num_threads(1);
-  }
-  ~SmallGridThreads() {
-    if (active_) at::set_num_threads(threads_);
-  }
+// The four pixel passes over the planes of g, outputs preallocated: what
+// the whole op and the pass operators both run.
+void run_stats(const Grid& g, int64_t mode, const at::Tensor& x,
+               at::Tensor& ind, at::Tensor& div) {
+  check_kernel(fles_stats_run(x.data_ptr<float>(), ind.data_ptr<float>(),
+                              div.data_ptr<float>(), mode, g.h, g.w, g.kh,
+                              g.kw, g.nh, g.nw, g.planes(), g.min_per_thread,
+                              g.threads),
+               "fles.stats");
+}
 
- private:
-  int threads_;
-  bool active_;
-};
+void run_apply(const Grid& g, const Gate& rho, const at::Tensor& x,
+               const at::Tensor& kv, const at::Tensor& ko, at::Tensor& y) {
+  check_kernel(rho.apply(x.data_ptr<float>(), y.data_ptr<float>(),
+                         kv.data_ptr<float>(), ko.data_ptr<float>(), rho.cst,
+                         g.h, g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
+                         g.min_per_thread, g.threads),
+               "fles.apply");
+}
 
-// MLPs of at most this many multiply-adds per layer run as plain loops (an
-// ATen call from C++ costs about a microsecond, and a pass makes ten or
-// more); larger ones as batched matmuls.
-constexpr int64_t kLoopMacs = 1 << 16;
+void run_gate_backward(const Grid& g, const Gate& rho, const at::Tensor& x,
+                       const at::Tensor& go, const at::Tensor& kv,
+                       const at::Tensor& ko, at::Tensor& gx, at::Tensor& g_ve,
+                       at::Tensor& g_ho) {
+  check_kernel(rho.backward(x.data_ptr<float>(), go.data_ptr<float>(),
+                            gx.data_ptr<float>(), kv.data_ptr<float>(),
+                            ko.data_ptr<float>(), rho.cst,
+                            g_ve.data_ptr<float>(), g_ho.data_ptr<float>(),
+                            g.h, g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
+                            g.min_per_thread, g.threads),
+               "fles.bwd.gate");
+}
 
-inline float sigmoid(float v) { return 1.0f / (1.0f + exp_c(-v)); }
-
-// The scale MLP on the indicator grid (mmact.ops.fles.scales._mlp_vjp is
-// its reference): hidden = relu(fc1 ind + b1), opre = fc2 hidden + b2,
-// scales = softplus(opre), k_ho floored at kKHoMin. fc1 has one trunk
-// shared by both heads ((h, C)) or one per head ((2, h, C)).
-struct Mlp {
-  at::Tensor flat;    // (N, C, G): the indicator grid
-  at::Tensor hidden;  // (2, N, h, G) per head, (N, h, G) shared
-  at::Tensor opre, scales;  // (2, N, C, G)
-  at::Tensor k_ve, k_ho;    // (N, C, G), contiguous
-  int64_t n = 0, c = 0, grid = 0, h = 0, trunks = 1;
-  bool loops = false;
-
-  Mlp(const at::Tensor& ind, const at::Tensor& w1, const at::Tensor& b1,
-      const at::Tensor& w2, const at::Tensor& b2)
-      : flat(ind.view({ind.size(0), ind.size(1), ind.size(2) * ind.size(3)})),
-        n(flat.size(0)),
-        c(flat.size(1)), grid(flat.size(2)), h(w1.size(-2)),
-        trunks(w1.dim() == 3 ? 2 : 1),
-        loops(n * grid * c * h * 2 <= kLoopMacs) {
-    if (loops) {
-      forward_loops(w1.contiguous(), b1.contiguous(), w2.contiguous(),
-                    b2.contiguous());
-    } else {
-      forward_matmul(w1, b1, w2, b2);
-    }
-    k_ve = scales.select(0, 0);
-    k_ho = scales.select(0, 1).clamp_min(kKHoMin);
-  }
-
-  // Gradients (ind, w1, b1, w2, b2) from those of (k_ve, k_ho), each
-  // contiguous (N, C, nh, nw); undefined where not needed.
-  variable_list vjp(const at::Tensor& g_ve, const at::Tensor& g_ho,
-                    const at::Tensor& w1, const at::Tensor& w2,
-                    const std::array<bool, 5>& need) const {
-    return loops ? vjp_loops(g_ve, g_ho, w1.contiguous(), w2.contiguous(),
-                             need)
-                 : vjp_matmul(g_ve, g_ho, w1, w2, need);
-  }
-
- private:
-  void forward_matmul(const at::Tensor& w1, const at::Tensor& b1,
-                      const at::Tensor& w2, const at::Tensor& b2) {
-    const SmallGridThreads one_thread(flat.numel());
-    hidden = at::matmul(w1.unsqueeze(-3), flat)
-                 .add_(b1.unsqueeze(-2).unsqueeze(-1))
-                 .relu_();
-    opre = at::matmul(w2.unsqueeze(1), hidden)
-               .add_(b2.unsqueeze(1).unsqueeze(-1));
-    scales = at::softplus(opre, 1, 20);
-  }
-
-  void forward_loops(const at::Tensor& w1, const at::Tensor& b1,
-                     const at::Tensor& w2, const at::Tensor& b2) {
-    hidden = trunks == 2 ? mmact::empty_cpu({2, n, h, grid}, at::kFloat)
-                         : mmact::empty_cpu({n, h, grid}, at::kFloat);
-    opre = mmact::empty_cpu({2, n, c, grid}, at::kFloat);
-    scales = mmact::empty_cpu(opre.sizes(), at::kFloat);
-    const float *x = flat.data_ptr<float>(), *pw1 = w1.data_ptr<float>(),
-                *pb1 = b1.data_ptr<float>(), *pw2 = w2.data_ptr<float>(),
-                *pb2 = b2.data_ptr<float>();
-    float *ph = hidden.data_ptr<float>(), *po = opre.data_ptr<float>(),
-          *ps = scales.data_ptr<float>();
-    for (int64_t t = 0; t < trunks; ++t) {
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < h; ++j) {
-          const float* wr = pw1 + (t * h + j) * c;
-          float* hr = ph + ((t * n + i) * h + j) * grid;
-          for (int64_t g = 0; g < grid; ++g) {
-            float acc = pb1[t * h + j];
-            for (int64_t k = 0; k < c; ++k) {
-              acc += wr[k] * x[(i * c + k) * grid + g];
-            }
-            hr[g] = acc > 0.0f ? acc : 0.0f;
-          }
-        }
-      }
-    }
-    for (int64_t head = 0; head < 2; ++head) {
-      const float* hb = ph + (trunks == 2 ? head : 0) * n * h * grid;
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t k = 0; k < c; ++k) {
-          const float* wr = pw2 + (head * c + k) * h;
-          const int64_t o = ((head * n + i) * c + k) * grid;
-          for (int64_t g = 0; g < grid; ++g) {
-            float acc = pb2[head * c + k];
-            for (int64_t j = 0; j < h; ++j) {
-              acc += wr[j] * hb[(i * h + j) * grid + g];
-            }
-            po[o + g] = acc;
-          }
-        }
-      }
-    }
-    const int64_t m = opre.numel();
-#pragma omp simd
-    for (int64_t i = 0; i < m; ++i) ps[i] = softplus_approx(po[i]);
-  }
-
-  variable_list vjp_matmul(const at::Tensor& g_ve, const at::Tensor& g_ho,
-                           const at::Tensor& w1, const at::Tensor& w2,
-                           const std::array<bool, 5>& need) const {
-    const SmallGridThreads one_thread(flat.numel());
-    const auto sizes = flat.sizes();
-    const at::Tensor d_opre =
-        at::stack({g_ve.view(sizes),
-                   g_ho.view(sizes) * scales.select(0, 1).ge(kKHoMin)})
-            .mul_(at::sigmoid(opre));  // softplus' = sigmoid
-    variable_list out(5);
-    if (need[3]) out[3] = at::matmul(d_opre, hidden.transpose(-1, -2)).sum(1);
-    if (need[4]) out[4] = d_opre.sum({1, 3});
-    if (!(need[0] || need[1] || need[2])) return out;
-    at::Tensor d_hidden =
-        at::matmul(w2.transpose(-1, -2).unsqueeze(1), d_opre);
-    if (trunks == 1) d_hidden = d_hidden.sum(0);
-    d_hidden.mul_(hidden.gt(0));
-    if (need[0]) {
-      at::Tensor g_ind = at::matmul(w1.transpose(-1, -2).unsqueeze(-3),
-                                    d_hidden);
-      out[0] = trunks == 2 ? g_ind.sum(0) : g_ind;
-    }
-    if (need[1]) out[1] = at::matmul(d_hidden, flat.transpose(-1, -2)).sum(-3);
-    if (need[2]) out[2] = d_hidden.sum({-3, -1});
-    return out;
-  }
-
-  variable_list vjp_loops(const at::Tensor& g_ve, const at::Tensor& g_ho,
-                          const at::Tensor& w1, const at::Tensor& w2,
-                          const std::array<bool, 5>& need) const {
-    const int64_t m = n * c * grid;
-    at::Tensor d_opre = mmact::empty_cpu(opre.sizes(), at::kFloat);
-    float* pd = d_opre.data_ptr<float>();
-    const float *pve = g_ve.data_ptr<float>(), *pho = g_ho.data_ptr<float>(),
-                *po = opre.data_ptr<float>(), *ps = scales.data_ptr<float>();
-    for (int64_t i = 0; i < m; ++i) {  // softplus' = sigmoid
-      pd[i] = pve[i] * sigmoid(po[i]);
-      pd[m + i] = ps[m + i] >= kKHoMin ? pho[i] * sigmoid(po[m + i]) : 0.0f;
-    }
-    const float *x = flat.data_ptr<float>(), *ph = hidden.data_ptr<float>(),
-                *pw1 = w1.data_ptr<float>(), *pw2 = w2.data_ptr<float>();
-    variable_list out(5);
-    if (need[3] || need[4]) {
-      at::Tensor g_w2 = at::zeros({2, c, h}, opre.options());
-      at::Tensor g_b2 = at::zeros({2, c}, opre.options());
-      float *pgw = g_w2.data_ptr<float>(), *pgb = g_b2.data_ptr<float>();
-      for (int64_t head = 0; head < 2; ++head) {
-        const float* hb = ph + (trunks == 2 ? head : 0) * n * h * grid;
-        for (int64_t i = 0; i < n; ++i) {
-          for (int64_t k = 0; k < c; ++k) {
-            float* gw = pgw + (head * c + k) * h;
-            for (int64_t g = 0; g < grid; ++g) {
-              const float d = pd[((head * n + i) * c + k) * grid + g];
-              pgb[head * c + k] += d;
-              for (int64_t j = 0; j < h; ++j) {
-                gw[j] += d * hb[(i * h + j) * grid + g];
-              }
-            }
-          }
-        }
-      }
-      if (need[3]) out[3] = g_w2;
-      if (need[4]) out[4] = g_b2;
-    }
-    if (!(need[0] || need[1] || need[2])) return out;
-    at::Tensor d_hidden = mmact::empty_cpu(hidden.sizes(), at::kFloat);
-    float* pdh = d_hidden.data_ptr<float>();
-    for (int64_t t = 0; t < trunks; ++t) {
-      // a trunk's gradient: its head's (per head) or both heads' (shared)
-      const int64_t first = trunks == 2 ? t : 0, last = trunks == 2 ? t : 1;
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < h; ++j) {
-          for (int64_t g = 0; g < grid; ++g) {
-            const int64_t o = ((t * n + i) * h + j) * grid + g;
-            float acc = 0.0f;
-            for (int64_t head = first; head <= last; ++head) {
-              for (int64_t k = 0; k < c; ++k) {
-                acc += pw2[(head * c + k) * h + j] *
-                       pd[((head * n + i) * c + k) * grid + g];
-              }
-            }
-            pdh[o] = ph[o] > 0.0f ? acc : 0.0f;
-          }
-        }
-      }
-    }
-    if (need[1] || need[2]) {
-      at::Tensor g_w1 = at::zeros_like(w1), g_b1 = at::zeros(
-          w1.sizes().slice(0, w1.dim() - 1), w1.options());
-      float *pgw = g_w1.data_ptr<float>(), *pgb = g_b1.data_ptr<float>();
-      for (int64_t t = 0; t < trunks; ++t) {
-        for (int64_t i = 0; i < n; ++i) {
-          for (int64_t j = 0; j < h; ++j) {
-            float* gw = pgw + (t * h + j) * c;
-            for (int64_t g = 0; g < grid; ++g) {
-              const float d = pdh[((t * n + i) * h + j) * grid + g];
-              pgb[t * h + j] += d;
-              for (int64_t k = 0; k < c; ++k) {
-                gw[k] += d * x[(i * c + k) * grid + g];
-              }
-            }
-          }
-        }
-      }
-      if (need[1]) out[1] = g_w1;
-      if (need[2]) out[2] = g_b1;
-    }
-    if (need[0]) {
-      at::Tensor g_ind = mmact::empty_cpu(flat.sizes(), at::kFloat);
-      float* pgi = g_ind.data_ptr<float>();
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t k = 0; k < c; ++k) {
-          for (int64_t g = 0; g < grid; ++g) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < trunks; ++t) {
-              for (int64_t j = 0; j < h; ++j) {
-                acc += pw1[(t * h + j) * c + k] *
-                       pdh[((t * n + i) * h + j) * grid + g];
-              }
-            }
-            pgi[(i * c + k) * grid + g] = acc;
-          }
-        }
-      }
-      out[0] = g_ind;
-    }
-    return out;
-  }
-};
+void run_indicator_backward(const Grid& g, int64_t mode, const at::Tensor& x,
+                            const at::Tensor& g_ind, const at::Tensor& div,
+                            const at::Tensor& gx) {
+  check_kernel(fles_ind_bwd_run(x.data_ptr<float>(), gx.data_ptr<float>(),
+                                g_ind.data_ptr<float>(), div.data_ptr<float>(),
+                                mode, g.h, g.w, g.kh, g.kw, g.nh, g.nw,
+                                g.planes(), g.min_per_thread, g.threads),
+               "fles.bwd.indicator");
+}
 
 struct Forward {
   at::Tensor y, div;
@@ -403,29 +208,18 @@ auto stage(const char* name, F&& f) {
 
 Forward forward_cpu(const at::Tensor& x, const at::Tensor& w1,
                     const at::Tensor& b1, const at::Tensor& w2,
-                    const at::Tensor& b2, const Grid& g, const Gate& gate,
-                    int64_t mode) {
+                    const at::Tensor& b2, double k_ho_min, const Grid& g,
+                    const Gate& gate, int64_t mode) {
   // The MLP's matmuls stay float32 under autocast (the Python path leaves
   // autocast around FleS).
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   at::Tensor ind = g.windows(), div = g.windows();
-  stage("fles.stats", [&] {
-    check_kernel(fles_stats_run(x.data_ptr<float>(), ind.data_ptr<float>(),
-                                div.data_ptr<float>(), mode, g.h, g.w, g.kh,
-                                g.kw, g.nh, g.nw, g.planes(),
-                                g.min_per_thread, g.threads),
-                 "fles.stats");
-  });
-  Mlp mlp = stage("fles.mlp", [&] { return Mlp(ind, w1, b1, w2, b2); });
+  stage("fles.stats", [&] { run_stats(g, mode, x, ind, div); });
+  Mlp mlp =
+      stage("fles.mlp", [&] { return Mlp(ind, w1, b1, w2, b2, k_ho_min); });
   at::Tensor y = mmact::empty_cpu(x.sizes(), at::kFloat);
-  stage("fles.apply", [&] {
-    check_kernel(gate.apply(x.data_ptr<float>(), y.data_ptr<float>(),
-                            mlp.k_ve.data_ptr<float>(),
-                            mlp.k_ho.data_ptr<float>(), gate.cst, g.h, g.w,
-                            g.kh, g.kw, g.nh, g.nw, g.planes(),
-                            g.min_per_thread, g.threads),
-                 "fles.apply");
-  });
+  stage("fles.apply",
+        [&] { run_apply(g, gate, x, mlp.k_ve, mlp.k_ho, y); });
   return {std::move(y), std::move(div), std::move(mlp)};
 }
 
@@ -464,14 +258,8 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
       at::Tensor gx = mmact::empty_cpu(x.sizes(), at::kFloat);
       at::Tensor g_ve = g.windows(), g_ho = g.windows();
       stage("fles.bwd.gate", [&] {
-        check_kernel(
-            gate_->backward(x.data_ptr<float>(), go.data_ptr<float>(),
-                            gx.data_ptr<float>(), mlp_->k_ve.data_ptr<float>(),
-                            mlp_->k_ho.data_ptr<float>(), gate_->cst,
-                            g_ve.data_ptr<float>(), g_ho.data_ptr<float>(),
-                            g.h, g.w, g.kh, g.kw, g.nh, g.nw, g.planes(),
-                            g.min_per_thread, g.threads),
-            "fles.bwd.gate");
+        run_gate_backward(g, *gate_, x, go, mlp_->k_ve, mlp_->k_ho, gx, g_ve,
+                          g_ho);
       });
       // the indicator's gradient is needed for x's, and always computed
       out = stage("fles.bwd.mlp", [&] {
@@ -481,13 +269,7 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
                           should_compute_output(4)});
       });
       stage("fles.bwd.indicator", [&] {
-        const at::Tensor g_ind = out[0].contiguous();
-        check_kernel(
-            fles_ind_bwd_run(x.data_ptr<float>(), gx.data_ptr<float>(),
-                             g_ind.data_ptr<float>(), div_.data_ptr<float>(),
-                             mode_, g.h, g.w, g.kh, g.kw, g.nh, g.nw,
-                             g.planes(), g.min_per_thread, g.threads),
-            "fles.bwd.indicator");
+        run_indicator_backward(g, mode_, x, out[0].contiguous(), div_, gx);
       });
       out[0] = should_compute_output(0) ? gx : at::Tensor();
     }
@@ -498,11 +280,12 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
 at::Tensor cpu(const at::Tensor& x, const at::Tensor& w1,
                const at::Tensor& b1, const at::Tensor& w2,
                const at::Tensor& b2, int64_t kh, int64_t kw,
-               c10::string_view gate, c10::string_view mode) {
+               c10::string_view gate, c10::string_view mode,
+               double k_ho_min) {
   check_inputs(x, w1, b1, w2, b2, kh, kw);
   const at::Tensor xc = x.contiguous();
-  return forward_cpu(xc, w1, b1, w2, b2, Grid(xc, kh, kw), find_gate(gate),
-                     find_mode(mode))
+  return forward_cpu(xc, w1, b1, w2, b2, k_ho_min, Grid(xc, kh, kw),
+                     find_gate(gate), find_mode(mode))
       .y;
 }
 
@@ -511,7 +294,8 @@ at::Tensor cpu(const at::Tensor& x, const at::Tensor& w1,
 at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
                     const at::Tensor& b1, const at::Tensor& w2,
                     const at::Tensor& b2, int64_t kh, int64_t kw,
-                    c10::string_view gate, c10::string_view mode) {
+                    c10::string_view gate, c10::string_view mode,
+                    double k_ho_min) {
   mmact::refuse_tangents("fles", x, w1, b1, w2, b2);
   const bool record = at::GradMode::is_enabled() &&
                       (x.requires_grad() || w1.requires_grad() ||
@@ -519,7 +303,7 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
                        b2.requires_grad());
   if (!record) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return cpu(x, w1, b1, w2, b2, kh, kw, gate, mode);
+    return cpu(x, w1, b1, w2, b2, kh, kw, gate, mode, k_ho_min);
   }
   check_inputs(x, w1, b1, w2, b2, kh, kw);
   const Gate& rho = find_gate(gate);
@@ -529,7 +313,7 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
     // below autograd, so that copying a non-contiguous x records no node
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     xc = x.contiguous();
-    return forward_cpu(xc, w1, b1, w2, b2, Grid(xc, kh, kw), rho,
+    return forward_cpu(xc, w1, b1, w2, b2, k_ho_min, Grid(xc, kh, kw), rho,
                        mode_index);
   }();
   mmact::NodePtr node = mmact::make_node<FleSBackward>();
@@ -551,20 +335,122 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
 using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, int64_t, int64_t,
-                             c10::string_view, c10::string_view);
+                             c10::string_view, c10::string_view, double);
 
-// The Python entry (as apa_op.cpp's), what FleS layers and
-// mmact.ops.fles.fused call: it takes a call on a plain contiguous float32
-// CPU map with float32 CPU MLP weights (mmact::direct_call) and declines any
-// other with None, which mmact.ops.fles.fused._implementation decides.
-PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+
+// Whether the operator's loops run this MLP (the entry's rule; larger ones
+// take the Python path, whose torch MLP runs on matmuls).
+bool loop_sized(const at::Tensor& x, const at::Tensor& w1, int64_t kh,
+                int64_t kw) {
+  if (x.dim() != 4 || w1.dim() < 2 || kh <= 0 || kw <= 0) return false;
+  const int64_t grid =
+      ((x.size(2) + kh - 1) / kh) * ((x.size(3) + kw - 1) / kw);
+  return x.size(0) * grid * x.size(1) * w1.size(-2) * 2 <= mmact::kLoopMacs;
+}
+
+// The pixel passes alone, on (planes, H, W) maps and (planes, nh, nw)
+// window values, all float32 and contiguous (mmact.ops.fles.fused checks).
+Grid pass_grid(const at::Tensor& x, int64_t kh, int64_t kw) {
+  TORCH_CHECK(x.dim() == 3 && x.is_cpu() && x.scalar_type() == at::kFloat &&
+                  x.is_contiguous() && 0 < kh && kh <= x.size(1) && 0 < kw &&
+                  kw <= x.size(2),
+              "mmact::fles passes take a contiguous float32 (planes, H, W) "
+              "CPU map and a window that fits it (got ",
+              x.scalar_type(), " ", x.sizes(), ", window (", kh, ", ", kw,
+              "))");
+  return Grid(x.unsqueeze(1), kh, kw);
+}
+
+at::Tensor window_values(const Grid& g) {
+  return mmact::empty_cpu({g.planes(), g.nh, g.nw}, at::kFloat);
+}
+
+// A pass's per-window input: float32 CPU values, one per window of every
+// plane (the kernels read planes * nh * nw of them).
+void check_window_values(const Grid& g, const at::Tensor& t,
+                         const char* name) {
+  TORCH_CHECK(t.is_cpu() && t.scalar_type() == at::kFloat &&
+                  t.numel() == g.planes() * g.nh * g.nw,
+              "mmact::fles passes: ", name, " must hold float32 CPU values "
+              "for the (", g.planes(), ", ", g.nh, ", ", g.nw,
+              ") windows (got ", t.scalar_type(), " ", t.sizes(), " on ",
+              t.device(), ")");
+}
+
+std::tuple<at::Tensor, at::Tensor> stats_pass(const at::Tensor& x, int64_t kh,
+                                              int64_t kw,
+                                              c10::string_view mode) {
+  const Grid g = pass_grid(x, kh, kw);
+  at::Tensor ind = window_values(g), div = window_values(g);
+  run_stats(g, find_mode(mode), x, ind, div);
+  return {ind, div};
+}
+
+at::Tensor apply_pass(const at::Tensor& x, const at::Tensor& k_ve,
+                      const at::Tensor& k_ho, int64_t kh, int64_t kw,
+                      c10::string_view gate) {
+  const Grid g = pass_grid(x, kh, kw);
+  const Gate& rho = find_gate(gate);
+  check_window_values(g, k_ve, "k_ve");
+  check_window_values(g, k_ho, "k_ho");
+  const at::Tensor kv = k_ve.contiguous(), ko = k_ho.contiguous();
+  at::Tensor y = mmact::empty_cpu(x.sizes(), at::kFloat);
+  run_apply(g, rho, x, kv, ko, y);
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> gate_backward_pass(
+    const at::Tensor& x, const at::Tensor& grad_out, const at::Tensor& k_ve,
+    const at::Tensor& k_ho, int64_t kh, int64_t kw, c10::string_view gate) {
+  const Grid g = pass_grid(x, kh, kw);
+  const Gate& rho = find_gate(gate);
+  TORCH_CHECK(grad_out.sizes() == x.sizes() && grad_out.is_cpu() &&
+                  grad_out.scalar_type() == at::kFloat,
+              "mmact::fles_gate_backward takes a float32 CPU grad_out of x's "
+              "shape ", x.sizes(), " (got ", grad_out.scalar_type(), " ",
+              grad_out.sizes(), ")");
+  check_window_values(g, k_ve, "k_ve");
+  check_window_values(g, k_ho, "k_ho");
+  const at::Tensor go = grad_out.contiguous(), kv = k_ve.contiguous(),
+                   ko = k_ho.contiguous();
+  at::Tensor gx = mmact::empty_cpu(x.sizes(), at::kFloat);
+  at::Tensor g_ve = window_values(g), g_ho = window_values(g);
+  run_gate_backward(g, rho, x, go, kv, ko, gx, g_ve, g_ho);
+  return {gx, g_ve, g_ho};
+}
+
+void indicator_backward_pass(const at::Tensor& grad_x, const at::Tensor& x,
+                             const at::Tensor& g_ind, const at::Tensor& div,
+                             int64_t kh, int64_t kw, c10::string_view mode) {
+  const Grid g = pass_grid(x, kh, kw);
+  TORCH_CHECK(grad_x.sizes() == x.sizes() && grad_x.is_contiguous() &&
+                  grad_x.scalar_type() == at::kFloat,
+              "mmact::fles_indicator_backward adds into a contiguous float32 "
+              "grad_x of x's shape");
+  const at::Tensor q = g_ind.to(at::kFloat).contiguous(), d = div.contiguous();
+  check_window_values(g, q, "g_ind");
+  check_window_values(g, d, "div");
+  run_indicator_backward(g, find_mode(mode), x, q, d, grad_x);
+}
+
+}  // namespace
+
+namespace mmact {
+
+// The Python entry, what FleS layers and mmact.ops.fles.fused call: it
+// takes a call on a plain contiguous float32 CPU map with float32 CPU MLP
+// weights small enough for the loops, a gate and indicator mode the
+// kernels have (mmact::direct_call) and declines any other with None, as
+// mmact.ops.fles.fused's dispatch table decides.
+PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mmact::fles", "")
                              .typed<Signature>();
-  bool ok = nargs == 9 && PyLong_Check(args[5]) && !PyBool_Check(args[5]) &&
+  bool ok = nargs == 10 && PyLong_Check(args[5]) && !PyBool_Check(args[5]) &&
             PyLong_Check(args[6]) && !PyBool_Check(args[6]) &&
-            PyUnicode_Check(args[7]) && PyUnicode_Check(args[8]);
+            PyUnicode_Check(args[7]) && PyUnicode_Check(args[8]) &&
+            PyFloat_Check(args[9]);
   for (Py_ssize_t i = 0; ok && i < 5; ++i) {
     ok = THPVariable_CheckExact(args[i]) &&
          THPVariable_Unpack(args[i]).is_cpu() &&
@@ -576,44 +462,54 @@ PyObject* python_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                    &b1 = THPVariable_Unpack(args[2]),
                    &w2 = THPVariable_Unpack(args[3]),
                    &b2 = THPVariable_Unpack(args[4]);
+  const int64_t kh = PyLong_AsLongLong(args[5]);
+  const int64_t kw = PyLong_AsLongLong(args[6]);
+  if (PyErr_Occurred()) return nullptr;
   if (!(x.layout() == at::kStrided && x.is_contiguous() &&
-        mmact::direct_call(x, w1, b1, w2, b2))) {
+        loop_sized(x, w1, kh, kw) && mmact::direct_call(x, w1, b1, w2, b2))) {
     Py_RETURN_NONE;
   }
   Py_ssize_t gate_len = 0, mode_len = 0;
   const char* gate = PyUnicode_AsUTF8AndSize(args[7], &gate_len);
   const char* mode = PyUnicode_AsUTF8AndSize(args[8], &mode_len);
-  const int64_t kh = PyLong_AsLongLong(args[5]);
-  const int64_t kw = PyLong_AsLongLong(args[6]);
-  if (PyErr_Occurred()) return nullptr;
+  if (gate == nullptr || mode == nullptr) return nullptr;
+  // a gate or indicator the kernels lack: the Python path's (or its error)
+  if (!has_gate(c10::string_view(gate, gate_len)) ||
+      !has_mode(c10::string_view(mode, mode_len))) {
+    Py_RETURN_NONE;
+  }
+  const double k_ho_min = PyFloat_AS_DOUBLE(args[9]);
   at::Tensor y = mmact::call_from_python(x.numel(), [&] {
     return op.call(x, w1, b1, w2, b2, kh, kw,
                    c10::string_view(gate, gate_len),
-                   c10::string_view(mode, mode_len));
+                   c10::string_view(mode, mode_len), k_ho_min);
   });
   return THPVariable_Wrap(std::move(y));
   END_HANDLE_TH_ERRORS
 }
 
-PyMethodDef methods[] = {
-    {"fles",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(python_entry)),
-     METH_FASTCALL,
-     "mmact::fles(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, kh, kw, "
-     "gate, mode)"},
-    {nullptr, nullptr, 0, nullptr}};
-
-}  // namespace
-
-MMACT_PYTHON_MODULE(methods)
+}  // namespace mmact
 
 // A fragment: apa_op.cpp registers into the same namespace.
 TORCH_LIBRARY_FRAGMENT(mmact, m) {
   m.def("fles(Tensor x, Tensor fc1_weight, Tensor fc1_bias, "
         "Tensor fc2_weight, Tensor fc2_bias, int kh, int kw, str gate, "
-        "str mode) -> Tensor");
+        "str mode, float k_ho_min) -> Tensor");
+  m.def("fles_stats(Tensor x, int kh, int kw, str mode) -> (Tensor, Tensor)");
+  m.def("fles_apply(Tensor x, Tensor k_ve, Tensor k_ho, int kh, int kw, "
+        "str gate) -> Tensor");
+  m.def("fles_gate_backward(Tensor x, Tensor grad_out, Tensor k_ve, "
+        "Tensor k_ho, int kh, int kw, str gate) -> (Tensor, Tensor, Tensor)");
+  m.def("fles_indicator_backward(Tensor(a!) grad_x, Tensor x, Tensor g_ind, "
+        "Tensor div, int kh, int kw, str mode) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(mmact, CPU, m) { m.impl("fles", cpu); }
+TORCH_LIBRARY_IMPL(mmact, CPU, m) {
+  m.impl("fles", cpu);
+  m.impl("fles_stats", stats_pass);
+  m.impl("fles_apply", apply_pass);
+  m.impl("fles_gate_backward", gate_backward_pass);
+  m.impl("fles_indicator_backward", indicator_backward_pass);
+}
 
 TORCH_LIBRARY_IMPL(mmact, Autograd, m) { m.impl("fles", autograd); }

@@ -1,7 +1,7 @@
 // What mmact's C++ operators share (apa_op.cpp, fles_op.cpp): creating an
 // autograd node on every supported torch, refusing a second derivative and
-// forward-mode tangents, the Python entries' checks and GIL policy, and
-// their Python module.
+// forward-mode tangents, the Python entries' checks and GIL policy, and the
+// entries themselves (module.cpp lists them).
 #ifndef MMACT_OP_NODE_H
 #define MMACT_OP_NODE_H
 #include <ATen/EmptyTensor.h>
@@ -102,20 +102,13 @@ at::Tensor call_from_python(int64_t numel, F&& call) {
   return call();
 }
 
-}  // namespace mmact
+// The Python entries of the operators (apa_op.cpp, fles_op.cpp), the
+// methods of the extension's module (module.cpp): each takes a call the
+// operator takes and returns None for any other (METH_FASTCALL).
+PyObject* python_apa(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* python_aglu(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
-// Defines the extension's Python module, named by the build
-// (TORCH_EXTENSION_NAME), with the entries of the PyMethodDef table METHODS.
-#define MMACT_STR_(x) #x
-#define MMACT_STR(x) MMACT_STR_(x)
-#define MMACT_CAT_(a, b) a##b
-#define MMACT_CAT(a, b) MMACT_CAT_(a, b)
-#define MMACT_PYTHON_MODULE(METHODS)                                      \
-  PyMODINIT_FUNC MMACT_CAT(PyInit_, TORCH_EXTENSION_NAME)() {             \
-    static PyModuleDef module = {PyModuleDef_HEAD_INIT,                   \
-                                 MMACT_STR(TORCH_EXTENSION_NAME), nullptr, \
-                                 -1, METHODS};                            \
-    return PyModule_Create(&module);                                      \
-  }
+}  // namespace mmact
 
 #endif

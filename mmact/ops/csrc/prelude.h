@@ -1,4 +1,4 @@
-/* Threading shared by mmact's C kernels (mmact.ops.cpu_build).
+/* Threading shared by mmact's C kernels (built by mmact.ops.cpu_build).
  *
  * Kernels work on index ranges [s, e) of [0, n). Built with OpenMP
  * (-fopenmp: the library then shares the libgomp runtime, and so the thread
@@ -65,8 +65,5 @@ int64_t NAME##_run(MMACT_UNPAREN PARAMS, int64_t total,                    \
                         NAME(MMACT_UNPAREN ARGS, s, e, t));                \
     return status;                                                         \
 }
-
-/* 1 when built with OpenMP (defined by the build, mmact.ops.cpu_build). */
-int64_t mmact_openmp(void);
 
 #endif

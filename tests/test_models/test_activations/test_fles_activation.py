@@ -11,6 +11,7 @@ from torch.nn.parameter import UninitializedParameter
 
 import mmact  # noqa: F401
 from mmact.models.activations import FleS
+from mmact.ops.fles import cpu as fles_cpu
 from mmact.ops.fles import fused as fused_mod
 from mmact.ops.fles import fles_gate
 
@@ -246,8 +247,8 @@ def test_fused_and_composite_agree_in_module():
 
 
 @pytest.mark.skipif(
-    fused_mod.get_fles_operator() is None,
-    reason='no C++ compiler or ninja: the operator is not built')
+    fles_cpu.operator_entry() is None,
+    reason='no C++ compiler or ninja: the CPU extension is not built')
 def test_layer_calls_the_operator_entry_for_shapes_that_took_it(monkeypatch):
     """A map shape whose call took the C++ operator goes straight to its
     entry the next time (same values and gradients, no Python dispatch);
@@ -291,18 +292,25 @@ def test_layer_calls_the_operator_entry_for_shapes_that_took_it(monkeypatch):
 
 
 @pytest.mark.skipif(
-    fused_mod.get_fles_operator() is None,
-    reason='no C++ compiler or ninja: the operator is not built')
-def test_operator_entry_ignores_autocast(cpu_autocast_dtype):
-    """The entry runs the scale MLP in float32 under CPU autocast, as the
-    Python path (which leaves autocast around FleS) does; a grid large
-    enough that the operator's MLP runs as matmuls, which autocast casts."""
+    fles_cpu.operator_entry() is None,
+    reason='no C++ compiler or ninja: the CPU extension is not built')
+@pytest.mark.parametrize('channels,remembered', [(8, True), (64, False)])
+def test_operator_entry_ignores_autocast(channels, remembered,
+                                         cpu_autocast_dtype):
+    """Under CPU autocast the layer's result is float32 and the same as
+    without it: through the operator's entry (a shape that took it: the
+    operator leaves autocast) and, for an MLP over LOOP_MACS, through the
+    C passes and the torch MLP (which the layer runs with autocast off)."""
     torch.manual_seed(7)
-    m = randomize(FleS(channels=64, reduction=4, window_size=(2, 2))).eval()
-    x = torch.randn(2, 64, 16, 16)
+    m = FleS(channels=channels, reduction=4, window_size=(2, 2))
+    m = randomize(m).eval()
+    x = torch.randn(2, channels, 16, 16)
+    # n * windows * C * hidden * 2 multiply-adds in the MLP
+    macs = 2 * 64 * channels * (channels // 4) * 2
+    assert (macs <= fles_cpu.LOOP_MACS) == remembered
     with torch.no_grad():
         want = m(x)
-        assert list(m._operator_windows) == [x.shape]
+        assert list(m._operator_windows) == ([x.shape] if remembered else [])
         with torch.autocast('cpu', dtype=cpu_autocast_dtype):
             got = m(x)
     assert got.dtype == torch.float32

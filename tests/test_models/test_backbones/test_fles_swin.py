@@ -9,7 +9,7 @@ import mmact  # noqa: F401
 from mmact.models.activations import FleS
 from mmact.models.utils import materialize_lazy_modules
 from mmact.models.backbones.fles_swin import FleSSwinTransformer
-from mmact.versions import TORCH_VERSION
+from mmact.compat import TORCH_VERSION
 
 ARCH = dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 2])
 FLES = dict(type='FleS', window_size=(2, 3), reduction=4)
@@ -28,10 +28,14 @@ def _fles(model):
 
 def test_builds_from_both_registries():
     from mmdet.registry import MODELS as DET
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS as CLS
     for registry in (DET, CLS):
-        model = registry.build(
-            dict(type='FleSSwinTransformer', arch=ARCH, act_cfg=FLES))
+        # under the registry's own scope, as its configs set it: an earlier
+        # test's Runner may have left mmengine's scope current
+        with DefaultScope.overwrite_default_scope(registry.scope):
+            model = registry.build(
+                dict(type='FleSSwinTransformer', arch=ARCH, act_cfg=FLES))
         assert len(_fles(model)) == 5  # one per block
 
 

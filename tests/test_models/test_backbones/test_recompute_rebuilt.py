@@ -12,13 +12,13 @@ import mmact  # noqa: F401
 from mmact.models.activations import AGLU, APA
 from mmact.models.backbones.recompute import norm_act, residual_act
 from mmact.models.layers import APASELayer
-from mmact.ops.apa_cpu_kernel import get_kernel
+from mmact.ops.cpu_build import extension
 
 C, CIN = 16, 8
 LAMBDA_MIN = 1e-2
 
 DTYPES = [torch.float64]
-if get_kernel() is not None:  # else the fused kernel is not built
+if extension() is not None:  # else the fused kernel is not built
     DTYPES.append(torch.float32)
 
 

@@ -5,7 +5,7 @@
 # build for every architecture: TORCH_CUDA_ARCH_LIST is the local GPU's and
 # MAX_JOBS every core.
 #
-# Usage: bash tools/analysis/build_mmcv_cuda.sh [--background] [WORK]
+# Usage: bash tools/gpu/build_mmcv_cuda.sh [--background] [WORK]
 #   WORK (default work_dirs/mmcv_cuda) gets build.log, the wheel and a status
 #   file: "running", "done" or "failed" (and the builder's pid with
 #   --background). With --background the build goes on

@@ -20,7 +20,7 @@ machine line): see ``bench_utils``.
 
 Example::
 
-    python tools/analysis/benchmark_fles.py --shape 8 256 56 56 \
+    python tools/benchmarks/benchmark_fles.py --shape 8 256 56 56 \
         --shape 16 64 56 56 --threads 1 2 --profile --skip-poolformer
 """
 import argparse

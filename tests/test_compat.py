@@ -1,4 +1,4 @@
-"""mmact.versions: the supported range, and the one place that asks."""
+"""mmact.compat: the supported range, and the one place that asks."""
 import os
 import subprocess
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmact import versions
+from mmact import compat
 from mmact.ops import backends
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,18 +19,18 @@ REPO = Path(__file__).resolve().parents[1]
                                        ('2.6.0a0+git1234', (2, 6, 0)),
                                        ('3.0.0', (3, 0, 0)), ('2.1', (2, 1))])
 def test_parse_version(text, want):
-    assert versions.parse_version(text) == want
+    assert compat.parse_version(text) == want
 
 
 @pytest.mark.parametrize('version', ['2.1.0', '2.1.2+cu118', '2.14.1'])
 def test_supported_torch_passes(version):
-    versions.check_torch(version)
+    compat.check_torch(version)
 
 
 @pytest.mark.parametrize('version', ['2.0.1', '1.13.1+cu117'])
 def test_old_torch_is_refused_naming_both_versions(version):
     with pytest.raises(ImportError) as info:
-        versions.check_torch(version)
+        compat.check_torch(version)
     message = str(info.value)
     assert f'torch {version} is installed' in message
     assert 'torch>=2.1' in message and '2.1.2 and 2.14.1' in message
@@ -52,9 +52,9 @@ def test_import_mmact_refuses_an_old_torch():
 
 
 def test_installed_torch_is_in_the_tested_range():
-    assert versions.TORCH_VERSION[:2] >= versions.TORCH_MIN
-    assert versions.TORCH_VERSION <= versions.parse_version(
-        versions.TORCH_TESTED[-1])
+    assert compat.TORCH_VERSION[:2] >= compat.TORCH_MIN
+    assert compat.TORCH_VERSION <= compat.parse_version(
+        compat.TORCH_TESTED[-1])
 
 
 @pytest.mark.parametrize('backend', ['eager', 'aot_eager'])
@@ -63,10 +63,10 @@ def test_is_tracing_under_torch_compile(backend):
     torch 2.1, where torch.compiler.is_compiling does not exist)."""
 
     def f(x):
-        return x + 1 if versions.is_tracing() else x - 1
+        return x + 1 if compat.is_tracing() else x - 1
 
     x = torch.zeros(3)
-    assert not versions.is_tracing()
+    assert not compat.is_tracing()
     torch._dynamo.reset()
     compiled = torch.compile(f, backend=backend, fullgraph=True)
     assert torch.equal(compiled(x), x + 1)
@@ -77,7 +77,7 @@ def test_is_tracing_under_jit_trace():
     seen = []
 
     def f(x):
-        seen.append(versions.is_tracing())
+        seen.append(compat.is_tracing())
         return x * 2
 
     torch.jit.trace(f, torch.ones(2), check_trace=False)
@@ -89,16 +89,16 @@ def _versioned_api_uses(paths):
     found = []
     for path in paths:
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            for api, where in versions.VERSIONED_APIS.items():
+            for api, where in compat.VERSIONED_APIS.items():
                 if api in line:
                     found.append(f'{path}:{number}: {api} ({where})')
     return found
 
 
-def test_versioned_apis_are_used_only_through_mmact_versions():
+def test_versioned_apis_are_used_only_through_mmact_compat():
     """A version-dependent API (see ``VERSIONED_APIS``) written anywhere but
-    in mmact/versions.py breaks one of the supported stacks."""
-    allowed = {REPO / 'mmact' / 'versions.py', Path(__file__).resolve()}
+    in mmact/compat.py breaks one of the supported stacks."""
+    allowed = {REPO / 'mmact' / 'compat.py', Path(__file__).resolve()}
     sources = [
         path for folder in ('mmact', 'tools', 'tests', 'configs', 'projects')
         for path in (REPO / folder).rglob('*.py') if path not in allowed
@@ -131,7 +131,7 @@ def test_interpreter_error_names_the_triton_it_needs(monkeypatch):
 
 
 @pytest.mark.skipif(
-    versions.triton_interpreter_available() or not versions.triton_version(),
+    compat.triton_interpreter_available() or not compat.triton_version(),
     reason='the installed Triton has the interpreter (Triton >= 3.0) or no '
     'Triton is installed')
 def test_this_triton_has_no_interpreter(monkeypatch):
@@ -161,17 +161,17 @@ def test_triton_below_the_floor_warns_once_and_takes_the_torch_path(
 
 def test_weights_only_flags_match_this_torch():
     # torch 2.6 flipped torch.load's default to weights_only=True
-    assert versions.WEIGHTS_ONLY_BY_DEFAULT == (
-        versions.TORCH_VERSION >= (2, 6))
-    assert (versions.TORCHSCRIPT_ONNX_EXPORT == {}) == (
-        versions.TORCH_VERSION < (2, 5))
+    assert compat.WEIGHTS_ONLY_BY_DEFAULT == (
+        compat.TORCH_VERSION >= (2, 6))
+    assert (compat.TORCHSCRIPT_ONNX_EXPORT == {}) == (
+        compat.TORCH_VERSION < (2, 5))
 
 
 def test_cpu_autocast_float16_flag_matches_this_torch():
     """The flag says what torch.autocast does on this torch (torch 2.1
     refuses float16 on the CPU)."""
     x = torch.ones(2, 2)
-    if not versions.CPU_AUTOCAST_FLOAT16:
+    if not compat.CPU_AUTOCAST_FLOAT16:
         with pytest.raises(RuntimeError, match='only support Bfloat16'):
             with warnings.catch_warnings():
                 warnings.simplefilter('ignore')
@@ -201,12 +201,12 @@ def test_fake_tensors_never_reach_the_kernels():
 
     from mmact.ops import aglu, apa
     with FakeTensorMode():
-        assert versions.is_tracing()
+        assert compat.is_tracing()
         x = torch.empty(4, 64, 32, 32)  # large enough for the C kernel
         k, lam = torch.ones(64), torch.ones(64)
         assert aglu(x, k, lam).shape == x.shape
         assert apa(x, 1.0, 0.5).shape == x.shape
-    assert not versions.is_tracing()
+    assert not compat.is_tracing()
 
 
 @pytest.mark.parametrize('channels', [None, 8])
@@ -220,5 +220,5 @@ def test_lazy_activations_are_built_without_warnings(channels):
         MetaACON(channels, reduction=4, min_hidden=2)
     # what is silenced is only that warning
     with pytest.warns(UserWarning, match='other'):
-        with versions.lazy_module_init():
+        with compat.lazy_module_init():
             warnings.warn('other', UserWarning)

@@ -1,7 +1,8 @@
 """Launchers of the fused Triton APA / AGLU kernels.
 
-Called by :mod:`mmact.ops.apa` when its dispatch (``_implementation``)
-picks ``'triton'``; parameter shapes are validated there. Any dense layout (NCHW,
+Called by :mod:`mmact.ops.apa` when its dispatch table
+(:func:`mmact.ops.apa.dispatch.implementation`) picks ``'triton'``;
+parameter shapes are validated there. Any dense layout (NCHW,
 ``channels_last``, NLC, ...) is processed in storage order, so no copy is
 made; other strides are made contiguous first. Backward is two launches:
 grad_x with per-program partial sums of the parameter gradients, then a
@@ -122,7 +123,7 @@ def _param(p: Tensor, x: Tensor) -> Tensor:
 
 
 def _kernels():
-    from . import apa_triton_kernels as apa_kernels  # imports triton: only on this path
+    from . import triton_kernels as apa_kernels  # imports triton: only on this path
     return apa_kernels
 
 

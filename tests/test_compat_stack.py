@@ -1,3 +1,6 @@
+"""mmact.compat's checks and shims of the OpenMMLab stack: mmcv against the
+installed torch, lvis under numpy 2, mmengine's checkpoints under weights-only
+loading."""
 import importlib
 import os
 import pickle
@@ -13,8 +16,8 @@ from mmengine.logging import HistoryBuffer
 
 import mmact  # noqa: F401  (allow-lists mmengine's checkpoint classes)
 from mmact.testing.tiny_runner import tiny_runner
-from mmact.utils import compat
-from mmact.versions import WEIGHTS_ONLY_BY_DEFAULT, autocast_may_apply
+from mmact import compat
+from mmact.compat import WEIGHTS_ONLY_BY_DEFAULT, autocast_may_apply
 
 
 def test_lvis_eval_sees_aliases_but_numpy_does_not():
@@ -118,7 +121,7 @@ def test_check_mmcv_on_ops_really_built_for_another_torch(tmp_path):
     with zipfile.ZipFile(_other_stacks_mmcv_wheel()) as wheel:
         wheel.extractall(
             tmp_path, [n for n in wheel.namelist() if n.startswith('mmcv/')])
-    code = ('from mmact.utils.compat import check_mmcv\n'
+    code = ('from mmact.compat import check_mmcv\n'
             'try:\n    check_mmcv()\n'
             'except ImportError as e:\n    print("refused:", e)\n')
     out = subprocess.run([sys.executable, '-c', code],

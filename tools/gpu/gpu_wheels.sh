@@ -4,7 +4,7 @@
 # matplotlib, opencv-headless already there): the mmcv 2.1.0 sdist that
 # build_mmcv_cuda.sh compiles, and wheels of mmengine, mmdet, mmpretrain,
 # pycocotools, lvis and their small pure-Python dependencies.
-# Usage: bash tools/analysis/gpu_wheels.sh [DIR]   (default .whl)
+# Usage: bash tools/gpu/gpu_wheels.sh [DIR]   (default .whl)
 #        PYTHON picks the interpreter that downloads (default .venv/bin/python).
 # On the CUDA machine, gpu_check.sh installs DIR's wheels with --no-deps.
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""Shared method of the CPU benchmarks in ``tools/analysis``.
+"""Shared method of the CPU benchmarks in ``tools/benchmarks``.
 
 * **Allocator.** glibc serves every large tensor with a fresh ``mmap``
   whose page faults dominate elementwise operators and vary several-fold

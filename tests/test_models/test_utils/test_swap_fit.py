@@ -144,7 +144,7 @@ def test_calibration_batches_measure_the_inputs():
 def test_a_model_without_bn_is_fitted_under_a_standard_normal():
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     swap_activations(model, dict(type='AGLU'), match=True, tolerance=0.01)
-    from mmact.ops.match import fit_gate
+    from mmact.ops.apa.gate_fit import fit_gate
     ref = fit_gate('aglu', nn.ReLU(), 'limit', torch.zeros(1),
                    torch.ones(1), tolerance=0.01)
     assert float(model[1].kappa_param) == pytest.approx(

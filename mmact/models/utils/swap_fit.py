@@ -15,7 +15,7 @@ standard deviation, from one of three sources:
 - ``'normal'``: N(0, 1), for an activation in a model without BatchNorm.
 
 :meth:`~mmact.models.activations.base.LearnableActivation.match` of the new
-activation then fits its parameters (math in :mod:`mmact.ops.match`).
+activation then fits its parameters (math in :mod:`mmact.ops.apa.gate_fit`).
 :func:`defer_match` postpones the fit to the model's first forward, i.e.
 after ``init_cfg=dict(type='Pretrained')``, ``load_from`` and ``resume``
 loaded their weights; activations whose parameters a checkpoint provided are

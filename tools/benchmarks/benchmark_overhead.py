@@ -17,7 +17,7 @@ path's launch cost (CPU time per call; each round synchronises once).
 
 Example::
 
-    python tools/analysis/benchmark_overhead.py --threads 1
+    python tools/benchmarks/benchmark_overhead.py --threads 1
 """
 import argparse
 import gc

@@ -8,7 +8,7 @@ min/max spread, heap allocator, machine line): see ``bench_utils``.
 
 Example::
 
-    python tools/analysis/benchmark_activations.py \
+    python tools/benchmarks/benchmark_activations.py \
         --shape 8 256 56 56 --shape 16 64 56 56 --threads 1 2
 """
 import argparse

@@ -10,12 +10,12 @@
 #   4. a toy LVIS APA* Mask R-CNN trained with tools/dist_train.sh and tested
 #      with tools/dist_test.sh on 1 GPU with --amp; needs mmdet and mmcv
 #      built with CUDA ops: on a bare machine it installs the wheels in .whl/
-#      (tools/analysis/gpu_wheels.sh downloads them where an index is
+#      (tools/gpu/gpu_wheels.sh downloads them where an index is
 #      reachable) and builds mmcv's CUDA ops for the local GPU
-#      (tools/analysis/build_mmcv_cuda.sh: about 10 minutes on 16 cores, or
+#      (tools/gpu/build_mmcv_cuda.sh: about 10 minutes on 16 cores, or
 #      waits for a build started earlier with --background); skipped with a
 #      message when that fails.
-# Usage: bash tools/analysis/gpu_check.sh [LOG]   (default
+# Usage: bash tools/gpu/gpu_check.sh [LOG]   (default
 #        work_dirs/gpu_check/gpu_check.log); PYTHON picks the interpreter.
 # Exit status: 0 when every part that ran passed, 1 otherwise.
 set -o pipefail
@@ -46,11 +46,11 @@ section "CUDA tests"
   || fail "CUDA tests"
 
 section "operator and SE-ResNet-50 benchmarks"
-"$PYTHON" tools/analysis/benchmark_cuda.py --parts ops fles backbone \
+"$PYTHON" tools/benchmarks/benchmark_cuda.py --parts ops fles backbone \
   --batch 64 --json "$WORK/benchmark_b64.json" || fail "benchmarks"
-"$PYTHON" tools/analysis/benchmark_overhead.py --device cuda --repeats 21 \
+"$PYTHON" tools/benchmarks/benchmark_overhead.py --device cuda --repeats 21 \
   || fail "host cost per call"
-"$PYTHON" tools/analysis/benchmark_cuda.py --parts backbone --batch 256 \
+"$PYTHON" tools/benchmarks/benchmark_cuda.py --parts backbone --batch 256 \
   --no-torch-path --json "$WORK/benchmark_b256.json" || fail "batch 256"
 
 section "mmdet and mmcv with CUDA ops"
@@ -62,7 +62,7 @@ while [[ "$(cat "$MMCV_WORK/status" 2>/dev/null)" == running ]] \
   && kill -0 "$(cat "$MMCV_WORK/pid" 2>/dev/null)" 2>/dev/null; do
   echo "waiting for the mmcv build started earlier ($MMCV_WORK/build.log)"; sleep 30
 done
-bash tools/analysis/build_mmcv_cuda.sh "$MMCV_WORK" \
+bash tools/gpu/build_mmcv_cuda.sh "$MMCV_WORK" \
   || echo "mmcv with CUDA ops could not be built: see above"
 
 section "toy LVIS APA* Mask R-CNN, tools/dist_train.sh / dist_test.sh, 1 GPU, --amp"

@@ -38,7 +38,7 @@ compiled baseline.
 
 Usage::
 
-    python tools/analysis/benchmark_backbone.py [--batch 4] [--size 224]
+    python tools/benchmarks/benchmark_backbone.py [--batch 4] [--size 224]
         [--steps 11] [--warmup 2] [--threads 2] [--compile]
 """
 import argparse

@@ -23,7 +23,7 @@ smallest) accuracy.
 
 Example::
 
-    python tools/analysis/benchmark_long_tail.py --seeds 0 1 2
+    python tools/benchmarks/benchmark_long_tail.py --seeds 0 1 2
 """
 import argparse
 import json

@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple, Tuple
 import torch
 from torch import Tensor
 
-from .apa import _composite_eta
+from .formula import eta
 
 __all__ = ['GateFit', 'fit_gate', 'MATCH_KINDS', 'FAMILIES']
 
@@ -97,9 +97,8 @@ class _Problem:
         self.norm = (weights * target * target).sum(1).clamp_min(1e-300)
 
     def error(self, log_k: Tensor, log_l: Tensor) -> Tensor:
-        eta = _composite_eta(self.x, log_k.exp()[:, None],
-                             log_l.exp()[:, None])
-        out = eta * self.x if self.with_input else eta
+        gate = eta(self.x, log_k.exp()[:, None], log_l.exp()[:, None])
+        out = gate * self.x if self.with_input else gate
         diff = out - self.t
         return ((self.w * diff * diff).sum(1) / self.norm).sqrt()
 
@@ -119,12 +118,11 @@ def _golden_min(fn: Callable[[Tensor], Tensor], lo: Tensor,
     for _ in range(_ITERATIONS):
         left = fc <= fd  # the minimum lies in [a, d]
         a, b = torch.where(left, a, c), torch.where(left, d, b)
-        new = torch.where(left, b - _GOLDEN * (b - a),
-                          a + _GOLDEN * (b - a))
+        new = torch.where(left, b - _GOLDEN * (b - a), a + _GOLDEN * (b - a))
         f_new = fn(new)
         c, d, fc, fd = (torch.where(left, new, d), torch.where(left, c, new),
-                        torch.where(left, f_new, fd),
-                        torch.where(left, fc, f_new))
+                        torch.where(left, f_new,
+                                    fd), torch.where(left, fc, f_new))
     best = torch.where(fc <= fd, c, d)
     return best, torch.minimum(fc, fd)
 
@@ -194,8 +192,7 @@ def fit_gate(family: str,
         low, high = _SHARPNESS_RANGE[kind]
         lo, hi = (low / scale).log(), (high / scale).log()
         if kind == 'best':
-            log_k = _golden_min(lambda v: problem.best_lambda(v)[1], lo,
-                                hi)[0]
+            log_k = _golden_min(lambda v: problem.best_lambda(v)[1], lo, hi)[0]
         else:
             log_k = _smallest_within(problem, lo, hi, tolerance)[0]
         log_l = problem.best_lambda(log_k)[0]

@@ -23,7 +23,7 @@ in blocks; peak memory is measured for each model alone.
 
 Usage::
 
-    python tools/analysis/benchmark_cuda.py [--parts ops fles backbone]
+    python tools/benchmarks/benchmark_cuda.py [--parts ops fles backbone]
         [--batch 64] [--steps 20] [--json results.json]
 """
 import argparse

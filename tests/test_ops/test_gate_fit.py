@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 from mmact.ops import aglu_reference, apa_reference
-from mmact.ops.match import fit_gate
+from mmact.ops.apa.gate_fit import fit_gate
 
 F64 = dict(dtype=torch.float64)
 

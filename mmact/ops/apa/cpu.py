@@ -1,0 +1,44 @@
+"""APA / AGLU's fused CPU kernels (``mmact/ops/csrc/apa.c``) as reached
+through mmact's CPU extension (:mod:`mmact.ops.cpu_build`).
+
+The kernels evaluate the math of :mod:`.formula` in a single pass over
+memory each way, in stages over L1-resident blocks, in base 2 with inlined
+range-limited polynomials for ``2^t`` and ``log2(1 + e)`` (so the loops
+vectorize without a vector math library); they clamp lambda and reduce the
+gradients of the raw parameters themselves. ``apa_op.cpp`` makes them the
+torch operators ``mmact::apa`` / ``aglu`` (one C++ autograd node) and
+``mmact::apa_backward_rebuilt`` / ``aglu_backward_rebuilt`` (the backward at
+an input rebuilt per element, for :func:`mmact.ops.apa.rebuilt_backward`).
+"""
+from typing import Callable, Dict, Optional
+
+import torch
+from torch import Tensor
+
+from ..cpu_build import extension
+
+__all__ = ['operator_entries', 'backward_rebuilt']
+
+
+def operator_entries() -> Optional[Dict[str, Callable]]:
+    """``{'apa': ..., 'aglu': ...}``: each operator's Python entry (a
+    native binding's cost, not ``torch.ops``' boxed call), which returns
+    None for a call the operator does not take; None when the extension
+    cannot be built or the C kernels are switched off."""
+    module = extension()
+    return None if module is None else {'apa': module.apa, 'aglu': module.aglu}
+
+
+def backward_rebuilt(name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor,
+                     lambda_min: float, src: Tensor, scale: Optional[Tensor],
+                     shift: Optional[Tensor], other: Optional[Tensor],
+                     other_scale: Optional[Tensor], need_kappa: bool,
+                     need_lambda: bool):
+    """``(grad_z, grad_kappa, grad_lambda)`` of ``name`` at ``z = src *
+    scale + shift + other * other_scale`` (absent terms left out), never
+    materialising ``z``: float32 (N, C, ...) ``src``, ``grad_out`` and
+    ``other``; per-channel coefficients (``scale`` also per (n, c) row);
+    raw parameters, shared or along dim 1."""
+    op = getattr(torch.ops.mmact, f'{name}_backward_rebuilt')
+    return op(grad_out, kappa, lam, float(lambda_min), src, scale, shift,
+              other, other_scale, need_kappa, need_lambda)

@@ -1,0 +1,66 @@
+"""Input checks and shapes the elementwise operators share (APA / AGLU,
+AReLU, IGLU, SMU, Meta-ACON): one wording for each refusal."""
+import numbers
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    'check_input', 'check_channel_dim', 'compute_dtype', 'channel_axis',
+    'broadcast_shape'
+]
+
+
+def check_input(x: Tensor, op: str) -> None:
+    """Refuse anything but a floating-point tensor, naming ``op``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f'{op}: input must be a torch.Tensor, '
+                        f'got {type(x).__name__}')
+    if not x.is_floating_point():
+        raise TypeError(f'{op}: input must be a floating-point tensor '
+                        '(float16, bfloat16, float32 or float64), '
+                        f'got dtype {x.dtype}')
+
+
+def check_channel_dim(channel_dim: int, op: str) -> None:
+    """Refuse a ``channel_dim`` that is not an int axis (a bool is not)."""
+    if (isinstance(channel_dim, bool)
+            or not isinstance(channel_dim, numbers.Integral)):
+        raise TypeError(f'{op}: channel_dim must be an int axis, got '
+                        f'{channel_dim!r}')
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """float16 / bfloat16 / float32 -> float32, float64 -> float64 (what
+    type promotion with float32 gives, written so that torch 2.1's
+    ``torch.compile`` traces it)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def channel_axis(x: Tensor, channel_dim: int) -> int:
+    """``channel_dim`` as a non-negative axis of ``x``."""
+    if not -x.dim() <= channel_dim < x.dim():
+        raise ValueError(f'channel_dim={channel_dim} is out of range for an '
+                         f'input with {x.dim()} dims')
+    return channel_dim % x.dim()
+
+
+def broadcast_shape(p: Tensor, x: Tensor, channel_dim: int,
+                    name: str) -> Tuple[int, ...]:
+    """Shape that makes a parameter with 1 or C values broadcast against
+    ``x`` (C = the size of ``x`` at ``channel_dim``); the C++ operators
+    (``csrc/apa_op.cpp``) refuse a wrong count in the same words."""
+    if p.numel() == 1:
+        return ()
+    dim = channel_axis(x, channel_dim)
+    channels = x.shape[dim]
+    if p.numel() != channels:
+        raise ValueError(
+            f'{name} has {p.numel()} values (num_parameters={p.numel()}) but '
+            f'the input has {channels} channels at dim {dim} (shape '
+            f'{tuple(x.shape)}); use num_parameters=1 or {channels}, or set '
+            'channel_dim to the channel axis')
+    shape = [1] * x.dim()
+    shape[dim] = channels
+    return tuple(shape)
