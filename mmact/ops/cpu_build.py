@@ -15,8 +15,8 @@ with a C++ autograd node or none where a Python backward calls it) and
 * **Cache.** Builds live in ``$MMACT_CACHE_DIR`` (default
   ``~/.cache/mmact``) in a folder named by a *build key*: a hash of the
   sources (their local headers inlined), the compiler flags, the C++
-  compiler's version, the CPU's model name and flags, the torch version and
-  the Python ABI. A home directory shared by machines with different CPUs
+  compiler's version, the CPU's model name and flags, the torch version,
+  install and C++ ABI, and the Python ABI. A home directory shared by machines with different CPUs
   therefore holds one build per CPU. A finished build is marked
   (``mmact-complete``) and later imported directly, without torch's
   extension builder (whose import prints a notice when it finds a CUDA
@@ -258,7 +258,12 @@ def build_key(sources: Sequence[str],
         machine=platform.machine(),
         cpu_model=cpu_model() if model is None else model,
         cpu_flags=sorted(cpu_flags() if flags is None else flags),
-        torch=torch.__version__,
+        # two installs of one torch version may differ in ABI (conda, pip)
+        torch=[
+            torch.__version__,
+            osp.dirname(torch.__file__),
+            bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+        ],
         # the library is a CPython extension: one per Python ABI too
         python=sys.implementation.cache_tag)
     blob = json.dumps(fields, sort_keys=True).encode()

@@ -127,8 +127,8 @@ def test_lambda_at_its_floor_gets_no_gradient_on_either_path(name):
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_half_sources_are_rebuilt_with_torch(dtype, kernel_calls):
     """Half-precision sources never reach the rebuilding C kernel (it reads
-    float32); the input is rebuilt and the operator's backward runs on it
-    (in float32 for the C path): the same gradients as autograd."""
+    float32); the input is rebuilt with torch and the torch backward runs
+    on it: the same gradients as autograd."""
     sources, kappa, lam, go = _case(torch.float32, 8, 8, seed=3)
     sources = tuple(t.to(dtype) for t in sources)
     got = rebuilt_backward('aglu', go.to(dtype), kappa, lam, LAMBDA_MIN, 1,

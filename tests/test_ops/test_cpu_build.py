@@ -46,7 +46,8 @@ def test_host_isa_override(monkeypatch):
 def test_build_key_depends_on_sources_isa_flags_compiler_cpu_and_torch(
         monkeypatch):
     """One key per build: every source text, the ISA and compiler flags,
-    the compiler, the CPU, the torch version and the Python ABI name it."""
+    the compiler, the CPU, the torch version, install and C++ ABI and the
+    Python ABI name it."""
 
     def key(sources=SOURCES_TEXT,
             isa='avx2',
@@ -70,6 +71,9 @@ def test_build_key_depends_on_sources_isa_flags_compiler_cpu_and_torch(
     patches = [
         (cpu_build, '_BASE_FLAGS', cpu_build._BASE_FLAGS + ['-O2']),
         (cpu_build.torch, '__version__', '0.0.0'),
+        (cpu_build.torch, '__file__', '/elsewhere/torch/__init__.py'),
+        (cpu_build.torch._C, '_GLIBCXX_USE_CXX11_ABI',
+         not cpu_build.torch._C._GLIBCXX_USE_CXX11_ABI),
         (cpu_build.sys.implementation, 'cache_tag', 'cpython-00'),
     ]
     for owner, name, value in patches:

@@ -250,17 +250,17 @@ def test_settings_change_drops_the_operator_entries():
     kernels off takes effect on the next call."""
     x, k, lam, _ = _inputs((2, 8, 3), 8)
     want = aglu(x, k, lam)
-    assert dispatch._FastPath.entries == _entries()
-    assert dispatch.fast_entry('aglu') == _entries()['aglu']
+    assert dispatch.FastPath.entries == _entries()
+    assert dispatch.FastPath.entries['aglu'] == _entries()['aglu']
     with backends.using(cpu_kernels=False):
-        assert dispatch._FastPath.entries is None
+        assert dispatch.FastPath.entries is None
         y = aglu(x.requires_grad_(), k, lam)
         assert y.grad_fn.name() == '_EtaFunctionBackward'
-        assert dispatch._FastPath.entries is None
+        assert dispatch.FastPath.entries is None
     torch.testing.assert_close(y, want)
-    assert dispatch._FastPath.entries is None
+    assert dispatch.FastPath.entries is None
     assert aglu(x, k, lam).grad_fn.name() == 'mmact::aglu_backward'
-    assert dispatch._FastPath.entries == _entries()
+    assert dispatch.FastPath.entries == _entries()
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])

@@ -41,7 +41,7 @@ def test_cpu_distributed_worker_exits_zero_with_output_flushed(tmp_path):
 
 
 @pytest.mark.skipif(
-    not sys.platform.startswith('linux'), reason='prctl (Linux)')
+    not sys.platform.startswith('linux'), reason='the launcher watch is set up on Linux only')
 def test_a_worker_whose_launcher_is_gone_ends_at_once():
     """The launcher the scripts name is not this worker's parent any more
     (it died before the worker set its parent-death signal)."""

@@ -26,7 +26,8 @@ returned in the input's dtype.
 """
 from torch import Tensor
 
-from .dispatch import fast_entry, run
+from ...compat import is_compiling
+from .dispatch import FastPath, run
 from .formula import aglu_reference, apa_reference
 from .params import ParamLike, clamp_lambda
 from .rebuilt import rebuild_input, rebuilt_backward
@@ -57,10 +58,10 @@ def apa(x: Tensor,
     Returns:
         Tensor: ``eta(x)`` with the dtype and shape of ``x``.
     """
-    entry = fast_entry('apa')
-    if entry is not None:  # None where the C++ entry declines the call
-        y = entry(x, kappa, lambda_, lambda_min, channel_dim)
-        if y is not None:
+    entries = FastPath.entries  # inline: every call pays this
+    if entries is not None and not is_compiling():
+        y = entries['apa'](x, kappa, lambda_, lambda_min, channel_dim)
+        if y is not None:  # None where the C++ entry declines the call
             return y
     return run('apa', x, kappa, lambda_, lambda_min, channel_dim)
 
@@ -85,9 +86,9 @@ def aglu(x: Tensor,
     Returns:
         Tensor: ``x * eta(x)`` with the dtype and shape of ``x``.
     """
-    entry = fast_entry('aglu')
-    if entry is not None:
-        y = entry(x, kappa, lambda_, lambda_min, channel_dim)
+    entries = FastPath.entries
+    if entries is not None and not is_compiling():
+        y = entries['aglu'](x, kappa, lambda_, lambda_min, channel_dim)
         if y is not None:
             return y
     return run('aglu', x, kappa, lambda_, lambda_min, channel_dim)

@@ -15,9 +15,12 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 
+from .. import backends
 from ..cpu_build import extension
 
 __all__ = ['operator_entries', 'backward_rebuilt']
+
+_entries: Dict[bool, Optional[Dict[str, Callable]]] = {}
 
 
 def operator_entries() -> Optional[Dict[str, Callable]]:
@@ -25,8 +28,16 @@ def operator_entries() -> Optional[Dict[str, Callable]]:
     native binding's cost, not ``torch.ops``' boxed call), which returns
     None for a call the operator does not take; None when the extension
     cannot be built or the C kernels are switched off."""
-    module = extension()
-    return None if module is None else {'apa': module.apa, 'aglu': module.aglu}
+    if not _entries:  # once per settings (the table asks on every call)
+        module = extension()
+        _entries[True] = None if module is None else {
+            'apa': module.apa,
+            'aglu': module.aglu
+        }
+    return _entries[True]
+
+
+backends.on_change(_entries.clear)
 
 
 def backward_rebuilt(name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor,

@@ -10,8 +10,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from ...compat import (forward_ad_active, is_compiling, is_tracing,
-                         needs_input_grad)
+from ...compat import forward_ad_active, is_tracing, needs_input_grad
 from .. import backends
 from ..checks import check_channel_dim, check_input
 from ..second_derivative import refuse_second_derivative
@@ -20,7 +19,7 @@ from .formula import composite, torch_forward, torch_grads
 from .params import ParamLike, as_param, check_params, kernel_params
 from .params import chain_to_params
 
-__all__ = ['implementation', 'IMPLEMENTATIONS', 'run', 'fast_entry']
+__all__ = ['implementation', 'IMPLEMENTATIONS', 'FastPath', 'run']
 
 _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 _F32 = torch.float32
@@ -84,7 +83,7 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     requires grad) no node is recorded: ``op`` skips it in C++, ``triton``
     and ``torch`` run their forward without the ``Function``.
 
-    The C++ operator's Python entry (:func:`fast_entry`) makes the ``op``
+    The C++ operator's Python entry (:class:`FastPath`) makes the ``op``
     row's checks in C++ and returns None for any other call
     (``tests/test_ops/test_apa_dispatch.py`` holds both to each other).
     """
@@ -102,10 +101,11 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     return 'torch'
 
 
-class _FastPath:
+class FastPath:
     """The operators' Python entries while the settings in force send
     ``op`` calls to them: set by the first such call, dropped whenever
-    :func:`mmact.ops.backends.configure` runs."""
+    :func:`mmact.ops.backends.configure` runs. :func:`mmact.ops.apa` /
+    ``aglu`` hand a call to them first, outside ``torch.compile``."""
     entries: Optional[Dict[str, Callable]] = None
 
     @classmethod
@@ -113,15 +113,7 @@ class _FastPath:
         cls.entries = None
 
 
-backends.on_change(_FastPath.drop)
-
-
-def fast_entry(name: str) -> Optional[Callable]:
-    """The C++ entry of ``name`` once a call took the operators (else
-    None): :func:`mmact.ops.apa` / ``aglu`` hand a call to it first, outside
-    ``torch.compile``."""
-    entries = _FastPath.entries
-    return None if entries is None or is_compiling() else entries[name]
+backends.on_change(FastPath.drop)
 
 
 class _EtaFunction(torch.autograd.Function):
@@ -163,12 +155,12 @@ def run(name: str, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     lam = lambda_ if isinstance(lambda_, Tensor) else as_param(lambda_, x)
     impl = implementation(x, kappa, lam)
     if impl == 'op':
-        _FastPath.entries = cpu.operator_entries()
-        return _FastPath.entries[name](x, kappa, lam, float(lambda_min),
-                                       int(channel_dim))
+        FastPath.entries = cpu.operator_entries()
+        return FastPath.entries[name](x, kappa, lam, float(lambda_min),
+                                      int(channel_dim))
+    check_params(x, kappa, lam, channel_dim)  # before any expansion
     if impl == 'composite':
         return composite(name, x, kappa, lam, lambda_min, channel_dim)
-    check_params(x, kappa, lam, channel_dim)
     if not (torch.is_grad_enabled() and
             (x.requires_grad or kappa.requires_grad or lam.requires_grad)):
         return IMPLEMENTATIONS[impl].forward(name, x, kappa, lam, lambda_min,

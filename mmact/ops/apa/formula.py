@@ -34,11 +34,12 @@ __all__ = [
 def eta_terms(z: Tensor, k: Tensor,
               l: Tensor) -> Tuple[Tensor, Tensor, Tensor]:  # noqa: E741
     """``(a, softplus(a), eta)``: the stable form (Alexandridis et al.
-    2025, App. A), written once, in standard differentiable ops (exporters
-    translate them; forward-mode AD and compilers differentiate them)."""
-    a = torch.log(l) - k * z
+    2025, App. A), written once, in differentiable ops that exporters
+    translate and forward-mode AD and compilers differentiate (the in-place
+    ``exp_`` acts on a temporary of its own)."""
+    a = torch.addcmul(torch.log(l), z, k, value=-1.0)
     sp = F.softplus(a)
-    return a, sp, torch.exp(-sp / l)
+    return a, sp, torch.mul(sp, -1.0 / l).exp_()
 
 
 def eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
@@ -81,7 +82,7 @@ def _dot(u: Tensor, v: Tensor, dims: Optional[list]) -> Tensor:
 def _reduce_dims(x: Tensor, shape: Tuple[int, ...]) -> Optional[list]:
     """Dims to sum a parameter gradient over; None means "all, to a
     scalar"."""
-    if len(shape) == 0 or all(s == 1 for s in shape):
+    if len(shape) == 0:
         return None
     return [d for d in range(x.dim()) if shape[d] == 1]
 
@@ -102,12 +103,10 @@ def torch_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
         g = a.sigmoid_()
         w.mul_(grad_out.to(z.dtype))  # w = go * eta
         grad_x = grad_k = grad_l = None
-        if name == 'apa':
-            q, p = sp.sub_(g), g.mul_(w)  # sp - g; go * eta * g
-        else:
-            q, p = sp.sub_(g).mul_(z), g.mul_(z).mul_(w)  # go * eta * z * g
         if need_l:  # d/dl: (z *) eta * (sp - g) / l^2
+            q = sp.sub_(g) if name == 'apa' else sp.sub_(g).mul_(z)
             grad_l = _dot(q, w, _reduce_dims(x, l.shape)) * inv_l * inv_l
+        p = g.mul_(w) if name == 'apa' else g.mul_(z).mul_(w)  # (z) go eta g
         if need_x:
             # d eta / dz = eta g k / l; d AGLU / dz = eta + z eta g k / l
             grad_x = (torch.mul(p, k * inv_l) if name == 'apa' else w.addcmul_(

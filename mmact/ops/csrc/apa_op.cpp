@@ -256,6 +256,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_rebuilt(
   const at::Tensor za = coefficient(scale, channels, 1.0f),
                    zb = coefficient(shift, channels, 0.0f),
                    zd = coefficient(other_scale, channels, 1.0f);
+  TORCH_CHECK_VALUE(
+      (za.numel() == channels || za.numel() == src.size(0) * channels) &&
+          zb.numel() == channels && zd.numel() == channels,
+      "mmact::", E.name, "_backward_rebuilt: scale has ", za.numel(),
+      " values, shift ", zb.numel(), ", other_scale ", zd.numel(), "; ",
+      "expected C=", channels, " each (scale also N*C=",
+      src.size(0) * channels, ")");
   at::Tensor gx = mmact::empty_cpu(z.sizes(), at::kFloat), gk, gl;
   if (need_kappa) gk = mmact::empty_cpu(l.kappa.sizes(), at::kFloat);
   if (need_lambda) gl = mmact::empty_cpu(l.lambda.sizes(), at::kFloat);
@@ -264,7 +271,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_rebuilt(
       go.data_ptr<float>(), gx.data_ptr<float>(), za.data_ptr<float>(),
       zb.data_ptr<float>(), zd.data_ptr<float>(), za.numel() != channels,
       l.kappa.data_ptr<float>(), l.lambda.data_ptr<float>(),
-      static_cast<float>(lambda_min), l.channels > 1, channels,
+      static_cast<float>(lambda_min), l.kappa.numel() != 1, channels,
       inner, z.numel(),
       at::get_num_threads(), need_kappa ? gk.data_ptr<float>() : nullptr,
       need_lambda ? gl.data_ptr<float>() : nullptr);

@@ -13,8 +13,9 @@ namespace mmact {
 
 using torch::autograd::variable_list;
 
-// The largest MLP the loops run, in multiply-adds over both layers of both
-// heads (n * grid * C * h * 2); larger ones run in torch (matmuls).
+// The largest MLP the loops run, measured as n * grid * C * h * 2 (one
+// layer's multiply-adds for both heads; the whole MLP is 1.5x (shared
+// trunk) or 2x (a trunk per head) that); larger ones run in torch.
 constexpr int64_t kLoopMacs = 1 << 16;
 
 inline float sigmoid(float v) { return 1.0f / (1.0f + exp_c(-v)); }

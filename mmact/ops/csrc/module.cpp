@@ -25,7 +25,7 @@ PyMethodDef methods[] = {
      "mmact::aglu(x, kappa, lambda_, lambda_min, channel_dim)"},
     {"fles", fastcall<mmact::python_fles>(), METH_FASTCALL,
      "mmact::fles(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, kh, kw, "
-     "gate, mode)"},
+     "gate, mode, k_ho_min)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, MMACT_STR(TORCH_EXTENSION_NAME),

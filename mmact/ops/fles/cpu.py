@@ -44,9 +44,10 @@ __all__ = [
 KERNEL_GATES = ('sigmoid', 'tanh_gate', 'erf', 'tanh_softplus')
 KERNEL_MODES = ('positive', 'mean')
 
-#: The largest scale MLP the operator runs as loops, in multiply-adds over
-#: both layers of both heads (``kLoopMacs`` of ``csrc/fles_mlp.h``): where a
-#: torch call costs more than the product. Larger MLPs run in torch.
+#: The largest scale MLP the operator runs as loops, as ``n * grid * C * h *
+#: 2`` (one layer's multiply-adds for both heads; ``kLoopMacs`` of
+#: ``csrc/fles_mlp.h``): where a torch call costs more than the product.
+#: Larger MLPs run in torch.
 LOOP_MACS = 1 << 16
 
 
