@@ -3,9 +3,10 @@
 The indicator and the gate are evaluated block by block over ``N*C`` channel
 planes (each block ~``block_bytes``, :mod:`.blocked`), so intermediates stay
 in cache.
-Derivatives of the gate are analytic; the scale MLP is re-run in backward on
-the (small) indicator grid, with its vector-Jacobian product written out for
-the MLP layouts of :mod:`.scales` (autograd for any other scale function).
+Derivatives of the gate are analytic; the scale MLP's vector-Jacobian
+product (written out for the MLP layouts of :mod:`.scales`, autograd for any
+other scale function) is prepared in forward on the (small) indicator grid,
+whose intermediates are kept, so that backward does not re-run the MLP.
 
 On float32 CPU tensors with tiles or a global window, a gate and indicator
 the C kernels have and a small MLP of a layout of :mod:`.scales`, the whole
@@ -102,8 +103,7 @@ def _implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
         return _TRITON if triton_path.supported(geom, gate, mode) else _TORCH
     if (x.is_cpu and x.dtype is torch.float32 and type(x) in _PLAIN_TYPES
             and x.layout == torch.strided and x.is_contiguous()
-            and not geom.overlapping
-            and backends.settings().cpu_kernels):
+            and not geom.overlapping and backends.settings().cpu_kernels):
         entry = cpu.operator_entry()
         if entry is None:
             return _TORCH
@@ -187,12 +187,23 @@ def _small_op_threads(ind: Tensor) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _fles_forward(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
-                  eta: float, scale_fn: ScaleFn, block: int, plan: _Plan,
-                  gamma: Optional[Tensor], beta: Optional[Tensor],
-                  params: Sequence[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(out, ind, count)``: the output (``x``'s shape), the indicator grid
-    and its divisors (what backward needs besides ``x``)."""
+def _fles_forward(x: Tensor,
+                  geom: WindowGeometry,
+                  gate: str,
+                  mode: str,
+                  eta: float,
+                  scale_fn: ScaleFn,
+                  block: int,
+                  plan: _Plan,
+                  gamma: Optional[Tensor],
+                  beta: Optional[Tensor],
+                  params: Sequence[Tensor],
+                  keep_vjp: bool = False):
+    """``(out, ind, count, vjp)``: the output (``x``'s shape), the indicator
+    grid and its divisors (what backward needs besides ``x``), and with
+    ``keep_vjp`` the scales and their vector-Jacobian product
+    (:func:`~.scales.scales_vjp`, which keeps the MLP's grid-sized
+    intermediates, so that backward does not re-run it), else None."""
     n, c, h, w = x.shape
     planes = n * c
     xf = x.reshape(planes, h, w)
@@ -204,8 +215,14 @@ def _fles_forward(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
                                           block, torch.empty_like(xf))
             ind = sums / count
     ind = ind.view(n, c, *geom.grid)
+    vjp = None
     with _stage('fles.mlp'), _small_op_threads(ind):
-        k_ve, k_ho = scale_fn(ind, *params)
+        if keep_vjp:
+            k_ve, k_ho, backward = scales_vjp(scale_fn, ind, params)
+            k_ve, k_ho = k_ve.detach(), k_ho.detach()
+            vjp = (k_ve, k_ho, backward)
+        else:
+            k_ve, k_ho = scale_fn(ind, *params)
     kv = k_ve.reshape(planes, *geom.grid)
     ko = k_ho.reshape(planes, *geom.grid)
     with _stage('fles.apply'):
@@ -215,7 +232,7 @@ def _fles_forward(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
             out = torch.empty_like(xf)
             apply = (apply_overlapping if geom.overlapping else apply_tiles)
             apply(xf, kv, ko, geom, gate, block, out)
-    return out.view_as(x), ind, count
+    return out.view_as(x), ind, count, vjp
 
 
 class _FleSFunction(torch.autograd.Function):
@@ -229,12 +246,14 @@ class _FleSFunction(torch.autograd.Function):
                 eta: float, scale_fn: ScaleFn, block: int, plan: _Plan,
                 gamma: Optional[Tensor], beta: Optional[Tensor], *params:
                 Tensor) -> Tensor:
-        out, ind, count = _fles_forward(x, geom, gate, mode, eta, scale_fn,
-                                        block, plan, gamma, beta, params)
+        out, ind, count, ctx.vjp = _fles_forward(x, geom, gate, mode, eta,
+                                                 scale_fn, block, plan, gamma,
+                                                 beta, params, True)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
-        ctx.scale_fn, ctx.block, ctx.plan = scale_fn, block, plan
+        ctx.block, ctx.plan = block, plan
         ctx.has_gamma = gamma is not None
         extra = [gamma, beta] if gamma is not None else []
+        # the parameters for their version check: the VJP holds their values
         ctx.save_for_backward(x, ind, count, *extra, *params)
         return out
 
@@ -245,17 +264,15 @@ class _FleSFunction(torch.autograd.Function):
         gamma = beta = None
         if ctx.has_gamma:
             gamma, beta, *rest = rest
-        params = rest
         geom, block = ctx.geom, ctx.block
         n, c, h, w = x.shape
         planes = n * c
         xf = x.reshape(planes, h, w)
         gf = grad_out.contiguous().reshape(planes, h, w)
         plan = ctx.plan
-        with _stage('fles.bwd.mlp'), _small_op_threads(ind):
-            k_ve, k_ho, scales_backward = scales_vjp(ctx.scale_fn, ind, params)
-        kv = k_ve.detach().reshape(planes, *geom.grid)
-        ko = k_ho.detach().reshape(planes, *geom.grid)
+        k_ve, k_ho, scales_backward = ctx.vjp
+        kv = k_ve.reshape(planes, *geom.grid)
+        ko = k_ho.reshape(planes, *geom.grid)
         with _stage('fles.bwd.gate'):
             if plan.c_gate:
                 grad_x, g_ve, g_ho = cpu.gate_backward(xf, gf, kv, ko, geom,

@@ -118,7 +118,8 @@ def scales_vjp(scale_fn: ScaleFn, ind: Tensor,
                params: Sequence[Tensor]) -> Tuple[Tensor, Tensor, Vjp]:
     """``(k_ve, k_ho, vjp)``: ``scale_fn(ind, *params)`` and a function
     from the gradients of ``(k_ve, k_ho)`` to those of ``(ind, *params)``,
-    for a backward that re-runs the scales (the fused FleS ops).
+    for a backward that applies them (the fused FleS ops: prepared in
+    forward on the CPU path, re-run in backward on the Triton path).
 
     The MLP layouts here have their products written out; any other
     ``scale_fn`` is re-run under autograd. Call it where gradients are not
