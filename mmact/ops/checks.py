@@ -13,7 +13,15 @@ __all__ = [
 
 
 def check_input(x: Tensor, op: str) -> None:
-    """Refuse anything but a floating-point tensor, naming ``op``."""
+    """Refuse anything but a floating-point tensor, naming ``op``.
+
+    Args:
+        x (Tensor): The operator's input.
+        op (str): The operator's name, for the message.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor.
+    """
     if not isinstance(x, Tensor):
         raise TypeError(f'{op}: input must be a torch.Tensor, '
                         f'got {type(x).__name__}')
@@ -24,7 +32,15 @@ def check_input(x: Tensor, op: str) -> None:
 
 
 def check_channel_dim(channel_dim: int, op: str) -> None:
-    """Refuse a ``channel_dim`` that is not an int axis (a bool is not)."""
+    """Refuse a ``channel_dim`` that is not an int axis (a bool is not).
+
+    Args:
+        channel_dim (int): The axis given.
+        op (str): The operator's name, for the message.
+
+    Raises:
+        TypeError: ``channel_dim`` is a bool or not an integer.
+    """
     if (isinstance(channel_dim, bool)
             or not isinstance(channel_dim, numbers.Integral)):
         raise TypeError(f'{op}: channel_dim must be an int axis, got '
@@ -34,12 +50,24 @@ def check_channel_dim(channel_dim: int, op: str) -> None:
 def compute_dtype(x: Tensor) -> torch.dtype:
     """float16 / bfloat16 / float32 -> float32, float64 -> float64 (what
     type promotion with float32 gives, written so that torch 2.1's
-    ``torch.compile`` traces it)."""
+    ``torch.compile`` traces it).
+
+    Args:
+        x (Tensor): A floating-point input.
+    """
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def channel_axis(x: Tensor, channel_dim: int) -> int:
-    """``channel_dim`` as a non-negative axis of ``x``."""
+    """``channel_dim`` as a non-negative axis of ``x``.
+
+    Args:
+        x (Tensor): The input.
+        channel_dim (int): An axis of ``x``, negative counted from the end.
+
+    Raises:
+        ValueError: ``channel_dim`` is outside ``[-x.dim(), x.dim())``.
+    """
     if not -x.dim() <= channel_dim < x.dim():
         raise ValueError(f'channel_dim={channel_dim} is out of range for an '
                          f'input with {x.dim()} dims')
@@ -50,7 +78,18 @@ def broadcast_shape(p: Tensor, x: Tensor, channel_dim: int,
                     name: str) -> Tuple[int, ...]:
     """Shape that makes a parameter with 1 or C values broadcast against
     ``x`` (C = the size of ``x`` at ``channel_dim``); the C++ operators
-    (``csrc/apa_op.cpp``) refuse a wrong count in the same words."""
+    (``csrc/apa_op.cpp``) refuse a wrong count in the same words.
+
+    Args:
+        p (Tensor): The parameter (1 or C values).
+        x (Tensor): The input.
+        channel_dim (int): The axis per-channel values follow.
+        name (str): The parameter's name, for the message.
+
+    Raises:
+        ValueError: ``p`` has neither 1 nor C values (names
+            ``num_parameters`` and the channel count).
+    """
     if p.numel() == 1:
         return ()
     dim = channel_axis(x, channel_dim)

@@ -49,7 +49,24 @@ def backward_rebuilt(name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor,
     scale + shift + other * other_scale`` (absent terms left out), never
     materialising ``z``: float32 (N, C, ...) ``src``, ``grad_out`` and
     ``other``; per-channel coefficients (``scale`` also per (n, c) row);
-    raw parameters, shared or along dim 1."""
+    raw parameters, shared or along dim 1.
+
+    Args:
+        name (str): ``'apa'`` or ``'aglu'``.
+        grad_out (Tensor): Gradient of the output, ``src``'s shape.
+        kappa (Tensor): The raw ``kappa``.
+        lam (Tensor): The raw ``lambda``.
+        lambda_min (float): The floor of ``lam``.
+        src (Tensor): The (N, C, ...) tensor the input was computed from.
+        scale, shift, other, other_scale (Tensor, optional): The other terms
+            (see :func:`mmact.ops.apa.rebuild_input`).
+        need_kappa, need_lambda (bool): Which parameter gradients to return
+            (None for the others).
+
+    Raises:
+        RuntimeError: Sources of another dtype or shape; ValueError:
+            coefficients of the wrong size (the operator names them).
+    """
     op = getattr(torch.ops.mmact, f'{name}_backward_rebuilt')
     return op(grad_out, kappa, lam, float(lambda_min), src, scale, shift,
               other, other_scale, need_kappa, need_lambda)

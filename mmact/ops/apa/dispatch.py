@@ -86,6 +86,14 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     The C++ operator's Python entry (:class:`FastPath`) makes the ``op``
     row's checks in C++ and returns None for any other call
     (``tests/test_ops/test_apa_dispatch.py`` holds both to each other).
+
+    Args:
+        x (Tensor): The input.
+        kappa (Tensor): The raw ``kappa``.
+        lam (Tensor): The raw ``lambda``.
+
+    Returns:
+        str: ``'composite'``, ``'triton'``, ``'op'`` or ``'torch'``.
     """
     if is_tracing() or forward_ad_active():
         return 'composite'  # first: tracers reject reading x.layout
@@ -146,7 +154,18 @@ class _EtaFunction(torch.autograd.Function):
 
 def run(name: str, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
         lambda_min: float, channel_dim: int) -> Tensor:
-    """Check the arguments, pick the implementation, call it."""
+    """Check the arguments, pick the implementation, call it.
+
+    Args:
+        name (str): ``'apa'`` or ``'aglu'``.
+        x, kappa, lambda_, lambda_min, channel_dim: As :func:`mmact.ops.apa`.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor, or ``channel_dim``
+            not an int axis.
+        ValueError: ``lambda_min <= 0`` or a parameter count that does not
+            fit the channels.
+    """
     check_input(x, name)
     if not lambda_min > 0:
         raise ValueError(f'{name}: lambda_min must be > 0, got {lambda_min}')

@@ -36,14 +36,26 @@ def eta_terms(z: Tensor, k: Tensor,
     """``(a, softplus(a), eta)``: the stable form (Alexandridis et al.
     2025, App. A), written once, in differentiable ops that exporters
     translate and forward-mode AD and compilers differentiate (the in-place
-    ``exp_`` acts on a temporary of its own)."""
+    ``exp_`` acts on a temporary of its own).
+
+    Args:
+        z (Tensor): The input (float32 or float64).
+        k (Tensor): ``kappa``, broadcastable against ``z``.
+        l (Tensor): ``lambda``, clamped, broadcastable against ``z``.
+    """
     a = torch.addcmul(torch.log(l), z, k, value=-1.0)
     sp = F.softplus(a)
     return a, sp, torch.mul(sp, -1.0 / l).exp_()
 
 
 def eta(z: Tensor, k: Tensor, l: Tensor) -> Tensor:  # noqa: E741
-    """APA's ``eta(z; k, l)`` in its stable form."""
+    """APA's ``eta(z; k, l)`` in its stable form.
+
+    Args:
+        z (Tensor): The input.
+        k (Tensor): ``kappa``, broadcastable against ``z``.
+        l (Tensor): ``lambda``, clamped, broadcastable against ``z``.
+    """
     return eta_terms(z, k, l)[2]
 
 
@@ -56,7 +68,16 @@ def _evaluate(name: str, z: Tensor, k: Tensor,
 def composite(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
               lambda_min: float, channel_dim: int) -> Tensor:
     """``name`` ('apa' or 'aglu') as a graph of standard ops, clamp
-    included: what export, forward-mode AD and tracing compilers run."""
+    included: what export, forward-mode AD and tracing compilers run.
+
+    Args:
+        name (str): ``'apa'`` or ``'aglu'``.
+        x (Tensor): The input (half precision is evaluated in float32).
+        kappa (Tensor): The raw ``kappa`` (1 or C values).
+        lam (Tensor): The raw ``lambda`` (1 or C values).
+        lambda_min (float): The lower clamp of ``lam``.
+        channel_dim (int): The axis per-channel values follow.
+    """
     k, l = kernel_params(kappa, lam, lambda_min)  # noqa: E741
     z = x.to(compute_dtype(x))
     k, l = param_views(x, k, l, channel_dim, z.dtype)  # noqa: E741
@@ -66,7 +87,11 @@ def composite(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
 def torch_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
                   lambda_min: float, channel_dim: int) -> Tensor:
     """The forward without a graph (in an ``autograd.Function``, or where
-    no gradient is wanted)."""
+    no gradient is wanted).
+
+    Args:
+        name, x, kappa, lam, lambda_min, channel_dim: As :func:`composite`.
+    """
     with torch.no_grad():
         return composite(name, x, kappa.detach(), lam.detach(), lambda_min,
                          channel_dim)
@@ -92,7 +117,13 @@ def torch_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
                 needs: Sequence[bool]):
     """``(grad_x, grad_kappa, grad_lambda)`` of ``name`` at ``x`` (raw
     parameters: the clamp's chain rule included), None where not in
-    ``needs``."""
+    ``needs``.
+
+    Args:
+        name, x, kappa, lam, lambda_min, channel_dim: As :func:`composite`.
+        grad_out (Tensor): The gradient of the output.
+        needs (Sequence[bool]): Which of ``(x, kappa, lambda)`` need one.
+    """
     need_x, need_k, need_l = needs[:3]
     with torch.no_grad():
         k0, l0 = kernel_params(kappa.detach(), lam.detach(), lambda_min)

@@ -10,6 +10,19 @@ evaluated through the fused native kernels (SiLU / GELU / Mish):
 ``d/dk_ve = sum g base(u) / (c k_ho)`` and
 ``d/dk_ho = k_ve / (c k_ho^2) * sum g (u base'(u) - base(u))``.
 Overlapping windows use per-pixel averaged scales and direct formulas.
+
+The functions share their arguments:
+
+- ``xf`` (Tensor): the ``(planes, H, W)`` maps (``planes = N * C``);
+  ``gf``: the output's gradient, ``xf``'s shape;
+- ``kv``, ``ko`` (Tensor): ``k_ve`` and ``k_ho`` per window,
+  ``(planes, nh, nw)``;
+- ``geom`` (WindowGeometry): the window grid; ``gate`` (str): the gate;
+- ``mode``, ``eta``, ``gamma``, ``beta``: the indicator
+  (:mod:`.indicators`); ``n`` (int): the batch size;
+- ``block`` (int): planes per block;
+- ``out``, ``grad_x``, ``buf`` (Tensor): ``xf``-shaped outputs written in
+  place (``buf``: scratch).
 """
 from typing import Optional, Tuple
 
@@ -30,12 +43,12 @@ __all__ = [
 ]
 
 
-def blocks(planes: int, block: int):
+def _blocks(planes: int, block: int):
     for i in range(0, planes, block):
         yield slice(i, i + block)
 
 
-def per_plane(p: Tensor, n: int) -> Tensor:
+def _per_plane(p: Tensor, n: int) -> Tensor:
     """(C,) channel parameter -> (N*C, 1, 1) per channel plane."""
     return p.repeat(n).view(-1, 1, 1)
 
@@ -56,8 +69,8 @@ def indicator_stats(xf: Tensor, geom: WindowGeometry, mode: str, eta: float,
     else:
         count = window_area(geom, xf.device, xf.dtype)
     if mode == 'softplus':
-        gam, bet = per_plane(gamma, n), per_plane(beta, n)
-    for sl in blocks(planes, block):
+        gam, bet = _per_plane(gamma, n), _per_plane(beta, n)
+    for sl in _blocks(planes, block):
         xs, tmp = xf[sl], buf[sl]
         if mode == 'positive':
             torch.clamp(xs, min=0, out=tmp)
@@ -79,7 +92,7 @@ def apply_overlapping(xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
                       gate: str, block: int, out: Tensor) -> None:
     """``out = k_ve * rho(k_ho x) * x`` with per-pixel averaged scales."""
     cover = window_coverage(geom, xf.device, xf.dtype)
-    for sl in blocks(xf.shape[0], block):
+    for sl in _blocks(xf.shape[0], block):
         xs, buf = xf[sl], out[sl]
         torch.mul(xs, window_scatter(ko[sl], geom) / cover, out=buf)
         gate_inplace(buf, gate)
@@ -93,7 +106,7 @@ def apply_tiles(xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
     base, _, cst = NATIVE_BASE[gate]
     ko_c = ko * cst
     ratio = kv / ko_c
-    for sl in blocks(xf.shape[0], block):
+    for sl in _blocks(xf.shape[0], block):
         buf = out[sl]
         tiling.mul(xf[sl], ko_c[sl], buf)
         base(buf)
@@ -112,7 +125,7 @@ def gate_grads_overlapping(xf: Tensor, gf: Tensor, kv: Tensor, ko: Tensor,
     g_ve = xf.new_empty(planes, *geom.grid)
     g_ho = xf.new_empty(planes, *geom.grid)
     cover = window_coverage(geom, xf.device, xf.dtype)
-    for sl in blocks(planes, block):
+    for sl in _blocks(planes, block):
         xs, gs = xf[sl], gf[sl]
         kom = window_scatter(ko[sl], geom) / cover
         kvm = window_scatter(kv[sl], geom) / cover
@@ -137,7 +150,7 @@ def gate_grads_tiles(xf: Tensor, gf: Tensor, kv: Tensor, ko: Tensor,
     ko_c = ko * cst
     s_hu = xf.new_empty(planes, *geom.grid)
     s_gb = xf.new_empty(planes, *geom.grid)
-    for sl in blocks(planes, block):
+    for sl in _blocks(planes, block):
         xs, gs = xf[sl], gf[sl]
         u = tiling.mul(xs, ko_c[sl], torch.empty_like(xs))
         hb = base_grad(gs, u)  # g * base'(u)
@@ -170,15 +183,15 @@ def indicator_grads(
         return dst.add_(qm) if t is None else dst.addcmul_(t, qm)
 
     if mode != 'softplus':
-        for sl in blocks(planes, block):
+        for sl in _blocks(planes, block):
             t = (None if mode == 'mean' else indicator_transform_grad(
                 xf[sl], mode, eta))
             add_scattered(grad_x[sl], t, sl)
         return None, None
-    gam, bet = per_plane(gamma, n), per_plane(beta, n)
+    gam, bet = _per_plane(gamma, n), _per_plane(beta, n)
     acc_gamma = xf.new_zeros(planes)
     acc_beta = xf.new_zeros(planes)
-    for sl in blocks(planes, block):
+    for sl in _blocks(planes, block):
         xs = xf[sl]
         sig = torch.sigmoid(gam[sl] * xs + bet[sl])
         t = add_scattered(torch.zeros_like(xs), sig, sl)

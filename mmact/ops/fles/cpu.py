@@ -53,7 +53,13 @@ LOOP_MACS = 1 << 16
 
 def loop_sized(x: Tensor, geom: WindowGeometry, hidden: int) -> bool:
     """Whether the operator's loops run the MLP of ``x`` on ``geom`` with
-    ``hidden`` units (the rule its Python entry applies)."""
+    ``hidden`` units (the rule its Python entry applies).
+
+    Args:
+        x (Tensor): The ``(N, C, H, W)`` map.
+        geom (WindowGeometry): Its window grid.
+        hidden (int): The MLP's hidden width.
+    """
     n, c = x.shape[:2]
     return n * geom.grid[0] * geom.grid[1] * c * hidden * 2 <= LOOP_MACS
 
@@ -71,13 +77,26 @@ def stats(xf: Tensor, geom: WindowGeometry,
           mode: str) -> Tuple[Tensor, Tensor]:
     """``(ind, div)``, each ``(planes, nh, nw)``: the indicator and its
     divisor (count of ``x >= 0`` floored at 1 for ``positive``,
-    window area for ``mean``)."""
+    window area for ``mean``).
+
+    Args:
+        xf (Tensor): Contiguous float32 ``(planes, H, W)`` maps.
+        geom (WindowGeometry): The (non-overlapping) window grid.
+        mode (str): ``'positive'`` or ``'mean'``.
+    """
     return torch.ops.mmact.fles_stats(xf, *geom.window, mode)
 
 
 def apply(xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
           gate: str) -> Tensor:
-    """``k_ve * rho(k_ho x) * x`` with per-window scales."""
+    """``k_ve * rho(k_ho x) * x`` with per-window scales.
+
+    Args:
+        xf (Tensor): Contiguous float32 ``(planes, H, W)`` maps.
+        kv, ko (Tensor): ``k_ve`` and ``k_ho`` per window, ``(planes, nh, nw)``.
+        geom (WindowGeometry): The window grid.
+        gate (str): One of :data:`KERNEL_GATES`.
+    """
     return torch.ops.mmact.fles_apply(xf, kv, ko, *geom.window, gate)
 
 
@@ -85,7 +104,15 @@ def gate_backward(xf: Tensor, gf: Tensor, kv: Tensor, ko: Tensor,
                   geom: WindowGeometry,
                   gate: str) -> Tuple[Tensor, Tensor, Tensor]:
     """``(grad_x, g_ve, g_ho)``: the input gradient with the scales held
-    fixed, and the gradients of the per-window scales."""
+    fixed, and the gradients of the per-window scales.
+
+    Args:
+        xf (Tensor): Contiguous float32 ``(planes, H, W)`` maps.
+        gf (Tensor): The output's gradient, ``xf``'s shape.
+        kv, ko (Tensor): ``k_ve`` and ``k_ho`` per window.
+        geom (WindowGeometry): The window grid.
+        gate (str): One of :data:`KERNEL_GATES`.
+    """
     return torch.ops.mmact.fles_gate_backward(xf, gf, kv, ko, *geom.window,
                                               gate)
 
@@ -93,6 +120,15 @@ def gate_backward(xf: Tensor, gf: Tensor, kv: Tensor, ko: Tensor,
 def indicator_backward(xf: Tensor, grad_x: Tensor, g_ind: Tensor, div: Tensor,
                        geom: WindowGeometry, mode: str) -> None:
     """``grad_x += f'(x) * g_ind / div`` of each pixel's window, in place
-    (``div`` from :func:`stats`)."""
+    (``div`` from :func:`stats`).
+
+    Args:
+        xf (Tensor): Contiguous float32 ``(planes, H, W)`` maps.
+        grad_x (Tensor): The input gradient, added to in place.
+        g_ind (Tensor): The indicator's gradient per window.
+        div (Tensor): The divisors from :func:`stats`.
+        geom (WindowGeometry): The window grid.
+        mode (str): ``'positive'`` or ``'mean'``.
+    """
     torch.ops.mmact.fles_indicator_backward(grad_x, xf, g_ind, div,
                                             *geom.window, mode)
