@@ -4,6 +4,7 @@ extension."""
 import os
 import os.path as osp
 import re
+import subprocess
 import sys
 
 import pytest
@@ -21,6 +22,18 @@ needs_cxx = pytest.mark.skipif(
     or cpu_build.platform.system() != 'Linux',
     reason='no C++ compiler on Linux: nothing is built')
 
+
+
+def _python(code: str, env: dict) -> str:
+    """stdout + stderr of ``python -c code`` under ``env``, which must
+    succeed."""
+    done = subprocess.run([sys.executable, '-c', code],
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
 
 def test_supported_isas_follow_cpu_flags(monkeypatch):
     monkeypatch.setattr(cpu_build.platform, 'machine', lambda: 'x86_64')
@@ -217,7 +230,6 @@ def test_import_and_first_calls_are_quiet(tmp_path):
     extension builder, whose import says that no CUDA runtime was found, is
     not imported then); the run that builds it (here into an empty cache)
     logs one INFO line, naming the ISA, the time it took and the folder."""
-    import subprocess
     code = ('import mmact\n'
             'import torch\n'
             'from mmact.models.activations import AGLU, APA, FleS\n'
@@ -232,13 +244,7 @@ def test_import_and_first_calls_are_quiet(tmp_path):
     env = dict(os.environ, MMACT_CACHE_DIR=str(tmp_path))
 
     def run(code):
-        done = subprocess.run([sys.executable, '-c', code],
-                              env=env,
-                              capture_output=True,
-                              text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout + done.stderr
+        return _python(code, env)
 
     isa = host_isa()
     built = (r'.* INFO - mmact: built the CPU extension \(' + isa +
@@ -362,21 +368,13 @@ def test_the_builders_cuda_notice_is_silenced(tmp_path):
     """torch's extension builder, imported on a machine with a CUDA toolkit
     (CUDA_HOME) and no GPU, says no CUDA runtime was found; imported by
     mmact to build CPU operators, it says nothing."""
-    import subprocess
-
     import torch
     if torch.cuda.is_available():
         pytest.skip('a GPU is present: torch gives no notice')
     env = dict(os.environ, CUDA_HOME=str(tmp_path))
 
     def output(code):
-        run = subprocess.run([sys.executable, '-c', code],
-                             env=env,
-                             capture_output=True,
-                             text=True,
-                             timeout=300)
-        assert run.returncode == 0, run.stderr[-3000:]
-        return run.stdout + run.stderr
+        return _python(code, env)
 
     assert 'No CUDA runtime' in output('import torch.utils.cpp_extension')
     assert output('from mmact.ops.cpu_build import _cpp_extension\n'
