@@ -21,17 +21,34 @@ import torch.nn.functional as F
 __all__ = ['carafe', 'carafe_torch']
 
 
+def _has_kernel(mmcv_carafe: Callable, device: str) -> bool:
+    """Whether mmcv's CARAFE runs on ``device``: run it on a 1x1 map.
+
+    An mmcv built without CUDA ops says that the implementation for the
+    device is not found. mmcv's own probe, ``get_compiling_cuda_version``,
+    returns a C++ string and crashed the process (SIGSEGV) with an mmcv 2.1.0
+    built for torch 2.11 / CUDA 13.
+    """
+    one = torch.ones(1, 1, 1, 1, device=device)
+    try:
+        mmcv_carafe(one, one, 1, 1, 1)
+    except RuntimeError as error:
+        if 'not found' in str(error):
+            return False
+        raise
+    return True
+
+
 @functools.lru_cache(maxsize=None)
 def _mmcv_cuda_carafe() -> Optional[Callable]:
-    """mmcv's CARAFE, when mmcv was built with CUDA ops (decided once)."""
+    """mmcv's CARAFE, when mmcv's extension has its CUDA kernel (decided once)."""
+    if not torch.cuda.is_available():
+        return None
     try:
-        from mmcv.ops import get_compiling_cuda_version
         from mmcv.ops.carafe import carafe as mmcv_carafe
     except ImportError:  # mmcv without compiled ops (mmcv-lite)
         return None
-    if get_compiling_cuda_version() == 'not available':
-        return None
-    return mmcv_carafe
+    return mmcv_carafe if _has_kernel(mmcv_carafe, 'cuda') else None
 
 
 def _check(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from mmact.ops.carafe import _mmcv_cuda_carafe, carafe, carafe_torch
+from mmact.ops.carafe import (_has_kernel, _mmcv_cuda_carafe, carafe,
+                              carafe_torch)
 
 
 def carafe_loops(features, masks, k, g, s):
@@ -75,6 +76,20 @@ def test_bad_sizes_are_named(args, match):
     features, masks = torch.zeros(1, 4, 3, 3), torch.zeros(1, 9, 6, 6)
     with pytest.raises(ValueError, match=match):
         carafe(features, masks, *args)
+
+
+def test_kernel_probe_runs_mmcv_and_reads_its_refusal():
+    from mmcv.ops.carafe import carafe as mmcv_carafe
+
+    # mmcv 2.1.0 has no CPU CARAFE: the same refusal as a CUDA-less build.
+    assert not _has_kernel(mmcv_carafe, 'cpu')
+    assert _has_kernel(lambda *args: args[0], 'cpu')
+
+    def broken(*args):
+        raise RuntimeError('CUDA error: an illegal memory access')
+
+    with pytest.raises(RuntimeError, match='illegal memory access'):
+        _has_kernel(broken, 'cpu')
 
 
 @pytest.mark.skipif(

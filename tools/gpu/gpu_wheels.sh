@@ -7,6 +7,9 @@
 # Usage: bash tools/gpu/gpu_wheels.sh [DIR]   (default .whl)
 #        PYTHON picks the interpreter that downloads (default .venv/bin/python).
 # On the CUDA machine, gpu_check.sh installs DIR's wheels with --no-deps.
+# mmpretrain imports modelindex (PyPI's model-index; 'modelindex' there is an
+# empty placeholder) and importlib_metadata (>= 8.8 needs lazy_importer on
+# Python 3.12).
 set -euo pipefail
 DIR=${1:-.whl}
 PY=${GPU_PYTHON_VERSION:-3.12}
@@ -20,6 +23,9 @@ PIP=("$PYTHON" -m pip download --disable-pip-version-check --no-deps -d "$DIR")
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
   mmengine==0.10.7 mmdet==3.3.0 mmpretrain==1.2.0 lvis==0.5.3 \
-  pycocotools shapely terminaltables addict yapf termcolor mat4py modelindex \
-  ordered-set platformdirs tomli
-ls -la "$DIR"
+  pycocotools shapely terminaltables addict yapf termcolor mat4py model-index \
+  ordered-set platformdirs tomli 'importlib_metadata<8.8'
+# mmcv's setup.py imports pkg_resources (gone from setuptools >= 81).
+"$PYTHON" -m pip download --disable-pip-version-check --no-deps -d "$DIR/build" \
+  --only-binary :all: "setuptools<70"
+ls -la "$DIR" "$DIR/build"
