@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Usage: tools/dist_train.sh CONFIG GPUS [train.py options]
-# Multi-node: NNODES, NODE_RANK, MASTER_ADDR, PORT. On a machine without a GPU,
-# GPUS is the number of CPU processes (gloo backend).
+# Multi-node: NNODES, NODE_RANK, MASTER_ADDR, PORT (and RUN_ID, the same on
+# every node, for restarts). On a machine without a GPU, GPUS is the number of
+# CPU processes (gloo backend).
+# MAX_RESTARTS=N: torchrun restarts failed workers up to N times; restarted
+# workers resume from the newest checkpoint of the work dir. A SIGTERM or
+# SIGUSR1 to the job stops it at the next iteration after a checkpoint
+# (exit status 75 from each worker; see docs/preemption.md).
 CONFIG=$1
 GPUS=$2
 NNODES=${NNODES:-1}
@@ -22,6 +27,8 @@ exec "$PYTHON" -m torch.distributed.run \
     --master_addr="$MASTER_ADDR" \
     --nproc_per_node="$GPUS" \
     --master_port="$PORT" \
+    --max_restarts="${MAX_RESTARTS:-0}" \
+    ${RUN_ID:+--rdzv_id="$RUN_ID"} \
     "$TOOLS/train.py" \
     "$CONFIG" \
     --launcher pytorch "${@:3}"

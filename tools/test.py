@@ -3,6 +3,7 @@
 Same command line as mmdet's tools/test.py, plus ``--allow-partial``.
 """
 import argparse
+import logging
 import os
 import os.path as osp
 import sys
@@ -11,6 +12,7 @@ from copy import deepcopy
 from typing import Optional
 
 from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.logging import print_log
 from mmengine.registry import METRICS, RUNNERS
 from mmengine.runner import Runner
 
@@ -18,6 +20,9 @@ import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
+from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS,
+                                    PREEMPTED_EXIT_CODE, STOP_SIGNALS,
+                                    Preempted)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, load_config,
                                    unknown_type_hint, use_checked_datasets)
@@ -155,8 +160,28 @@ def write_metrics_once(cfg: Config) -> None:
     replace_stock_hook(cfg, 'logger', 'MainProcessLoggerHook')
 
 
+def report_stop(stop: Preempted, launcher: str) -> None:
+    """Say (once per job) that a stop signal ended the evaluation."""
+    message = (f'evaluation stopped by {stop.signal_name}: no results or '
+               f'metrics were written (exit status {PREEMPTED_EXIT_CODE})')
+    print_log(message, logger='current', level=logging.WARNING)
+    if is_launcher_main(launcher):
+        print(f'mmact: {message}', file=sys.stderr, flush=True)
+
+
 def main() -> None:
     args = parse_args()
+    # SIGTERM / SIGUSR1 stop where they land: nothing here is worth saving
+    STOP_SIGNALS.install(DEFAULT_STOP_SIGNALS)
+    try:
+        evaluate(args)
+    except Preempted as stop:  # before any process group
+        report_stop(stop, args.launcher)
+        sys.exit(PREEMPTED_EXIT_CODE)
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    """Check the checkpoint, the data and the config, then test."""
     end_with_launcher(args.launcher)  # a killed torchrun ends its workers
     check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
@@ -200,6 +225,9 @@ def main() -> None:
                         out_file_path=args.out)))
         runner.test()
         finish_run(cpu_distributed)
+    except Preempted as stop:
+        report_stop(stop, args.launcher)
+        finish_run(cpu_distributed, PREEMPTED_EXIT_CODE)
     except CheckpointMismatchError as error:
         sys.exit(f'{args.checkpoint}: {error}\nNothing was tested. Use the '
                  'checkpoint of this config, or pass --allow-partial to test '

@@ -4,9 +4,12 @@ Same command line as mmdet's tools/train.py; configs of either library work,
 with or without mmact components.
 """
 import argparse
+import logging
 import os
 import os.path as osp
+import sys
 from contextlib import nullcontext
+from typing import Optional, Tuple
 
 from mmengine.config import Config, DictAction
 from mmengine.device import (is_cuda_available, is_mlu_available,
@@ -19,12 +22,16 @@ import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
+from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS,
+                                    PREEMPTED_EXIT_CODE, STOP_SIGNALS,
+                                    Preempted)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, check_fresh_work_dir,
-                                   check_pretrained_paths, load_config,
-                                   resume_checkpoint, unknown_type_hint,
-                                   use_checked_datasets)
-from mmact.utils.work_dir_lock import work_dir_lock
+                                   check_pretrained_paths,
+                                   is_restart_of_recorded_run, load_config,
+                                   record_run, resume_checkpoint,
+                                   unknown_type_hint, use_checked_datasets)
+from mmact.utils.work_dir_lock import run_identity, work_dir_lock
 
 
 def parse_args() -> argparse.Namespace:
@@ -60,6 +67,15 @@ def parse_args() -> argparse.Namespace:
         action='store_true',
         help='do not save / restore the random state in checkpoints '
         '(ExactResumeHook, on by default)')
+    parser.add_argument(
+        '--stop-signals',
+        nargs='*',
+        default=list(DEFAULT_STOP_SIGNALS),
+        metavar='SIGNAL',
+        help='signals that stop training at the next iteration boundary '
+        f'after a checkpoint, exit status {PREEMPTED_EXIT_CODE} '
+        '(PreemptionHook; default: SIGTERM SIGUSR1, what slurm and torchrun '
+        'send before they kill; none given: the default actions)')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -113,6 +129,8 @@ def add_hook(cfg: Config, hook: dict) -> None:
 
 def main() -> None:
     args = parse_args()
+    # first: a stop signal during the set-up ends the run cleanly
+    STOP_SIGNALS.install(args.stop_signals)
     end_with_launcher(args.launcher)  # a killed torchrun ends its workers
     check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = load_config(args.config, args.cfg_options)
@@ -136,18 +154,45 @@ def main() -> None:
     # One run per work dir; the main process holds it (before any check, so
     # that a second run names the first) and releases it before a
     # CPU-distributed worker's os._exit in finish_run.
-    with work_dir_lock(cfg.work_dir) if is_launcher_main(
-            args.launcher) else nullcontext():
-        cpu_distributed = train(cfg, args)
-    finish_run(cpu_distributed)
+    stop: Optional[Preempted] = None
+    cpu_distributed = False
+    try:
+        with work_dir_lock(cfg.work_dir) if is_launcher_main(
+                args.launcher) else nullcontext():
+            cpu_distributed, stop = train(cfg, args)
+    except Preempted as error:  # during the checks, before any training
+        stop = error
+    if stop is not None:
+        report_stop(stop, args.launcher)
+    finish_run(cpu_distributed, 0 if stop is None else PREEMPTED_EXIT_CODE)
 
 
-def train(cfg: Config, args: argparse.Namespace) -> bool:
+def report_stop(stop: Preempted, launcher: str) -> None:
+    """Say (once per job) what a stop signal left behind."""
+    detail = stop.message or ('before its first iteration: nothing was '
+                              'trained and no checkpoint was written')
+    message = (f'training stopped by {stop.signal_name} {detail} '
+               f'(exit status {PREEMPTED_EXIT_CODE})')
+    print_log(message, logger='current', level=logging.WARNING)
+    if is_launcher_main(launcher):
+        print(f'mmact: {message}', file=sys.stderr, flush=True)
+
+
+def train(cfg: Config,
+          args: argparse.Namespace) -> Tuple[bool, Optional[Preempted]]:
     """Check what the run will read and overwrite, then train.
 
     Returns:
-        bool: Whether the run was CPU-distributed (for ``finish_run``).
+        tuple: Whether the run was CPU-distributed (for ``finish_run``), and
+        the stop signal's ``Preempted`` if one stopped it.
     """
+    if args.resume is None and not cfg.get('resume') and \
+            is_restart_of_recorded_run(cfg.work_dir):
+        print_log(
+            f'{run_identity()} was requeued or restarted: resuming its run '
+            f'in {cfg.work_dir}',
+            logger='current')
+        args.resume = 'auto'
     if args.resume is not None:
         checkpoint = args.resume
         if checkpoint == 'auto':
@@ -178,7 +223,12 @@ def train(cfg: Config, args: argparse.Namespace) -> bool:
         add_hook(cfg, dict(type='ExactResumeHook'))
     # a diverged run stops before it writes a NaN checkpoint
     add_hook(cfg, dict(type='DivergenceGuardHook'))
+    if args.stop_signals:
+        add_hook(cfg, dict(type='PreemptionHook', signals=args.stop_signals))
+    if is_launcher_main(args.launcher):
+        record_run(cfg.work_dir)  # its requeued self resumes (not refused)
 
+    runner = None
     try:
         runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
             RUNNERS.build(cfg)
@@ -189,7 +239,11 @@ def train(cfg: Config, args: argparse.Namespace) -> bool:
         if hint is not None:
             error.args = (f'{error.args[0]} {hint}', ) + error.args[1:]
         raise
-    return cpu_distributed
+    except Preempted as stop:
+        if runner is not None:
+            runner.call_hook('after_run')  # close loggers and visualizers
+        return cpu_distributed, stop
+    return cpu_distributed, None
 
 
 if __name__ == '__main__':

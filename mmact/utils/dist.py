@@ -3,10 +3,12 @@ their launcher."""
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from datetime import timedelta
+from typing import Optional
 
 import torch
 import torch.distributed as torch_dist
@@ -21,6 +23,8 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
     On such a machine this initialises the process group with gloo itself
     (the Runner then skips its own initialisation) and selects
     :class:`CPUDistributedDataParallel`. With CUDA available nothing changes.
+    Under slurm (``srun``, one task per process) the rank, world size and
+    rendezvous come from slurm's variables as in mmengine's ``init_dist``.
 
     Args:
         cfg (Config): The config the Runner will be built from (updated in
@@ -32,11 +36,13 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
     """
     if launcher == 'none' or torch.cuda.is_available():
         return False
-    if launcher != 'pytorch':
+    if launcher == 'slurm':
+        _slurm_environment(_dist_cfg_port(cfg))
+    elif launcher != 'pytorch':
         raise RuntimeError(
             f'launcher={launcher!r} on a machine without a GPU is not '
-            "supported; use launcher='pytorch' (tools/dist_train.sh, torchrun)."
-        )
+            "supported; use launcher='pytorch' (tools/dist_train.sh, torchrun) "
+            "or 'slurm' (tools/slurm_train.sh).")
     dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
     dist_cfg['backend'] = 'gloo'
     if not torch_dist.is_initialized():
@@ -55,6 +61,25 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
             'MMDistributedDataParallel is replaced for CPU training.')
     cfg.model_wrapper_cfg = dict(wrapper, type='CPUDistributedDataParallel')
     return True
+
+
+def _dist_cfg_port(cfg: Config) -> Optional[int]:
+    """``env_cfg.dist_cfg.port``, mmengine's slurm rendezvous port."""
+    return (cfg.get('env_cfg') or {}).get('dist_cfg', {}).get('port')
+
+
+def _slurm_environment(port: Optional[int]) -> None:
+    """torch.distributed's variables from slurm's (mmengine's rules)."""
+    nodes = os.environ['SLURM_NODELIST']
+    os.environ.setdefault(
+        'MASTER_ADDR',
+        subprocess.getoutput(f'scontrol show hostname {nodes} | head -n1'))
+    if port is not None:
+        os.environ['MASTER_PORT'] = str(port)
+    os.environ.setdefault('MASTER_PORT', '29500')
+    os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
+    os.environ['RANK'] = os.environ['SLURM_PROCID']
+    os.environ['LOCAL_RANK'] = os.environ.get('SLURM_LOCALID', '0')
 
 
 #: Seconds between two looks at whether the launcher is still the parent.
@@ -112,29 +137,33 @@ def release_distributed() -> None:
         torch_dist.destroy_process_group()
 
 
-def finish_run(cpu_distributed: bool) -> None:
-    """End a tool's finished run.
+def finish_run(cpu_distributed: bool, status: int = 0) -> None:
+    """End a tool's run.
 
     Releases the process groups. A CPU-distributed worker (the gloo set-up
-    of :func:`setup_cpu_distributed`) then leaves with ``os._exit(0)`` after
-    flushing logging and the standard streams: at interpreter teardown,
-    threads that torch.distributed's C++ objects own could be destroyed
-    while still joinable, which aborted a rank after a successful run
-    ("terminate called without an active exception", in two of three full
-    test-suite runs, not in 11 runs in isolation). Nothing is pending by
-    then: the Runner has written and closed checkpoints and logs, and its
-    LoggerHook closed the visualizer.
+    of :func:`setup_cpu_distributed`) then leaves with ``os._exit(status)``
+    after flushing logging and the standard streams: at interpreter
+    teardown, threads that torch.distributed's C++ objects own could be
+    destroyed while still joinable, which aborted a rank after a successful
+    run ("terminate called without an active exception", in two of three
+    full test-suite runs, not in 11 runs in isolation). Nothing is pending
+    by then: the Runner has written and closed checkpoints and logs, and its
+    LoggerHook closed the visualizer. Other processes return, or exit with
+    ``status`` where it is not 0.
 
     Args:
         cpu_distributed (bool): What :func:`setup_cpu_distributed` returned.
+        status (int): The exit status (0: the run finished).
     """
     release_distributed()
     if not cpu_distributed:
+        if status:
+            sys.exit(status)
         return
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 def is_launcher_main(launcher: str) -> bool:

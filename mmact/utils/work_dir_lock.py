@@ -3,8 +3,10 @@
 Two runs in one work dir (started in the same second they even share the
 timestamped log folder) write each other's checkpoints, logs and
 ``scalars.json``. The lock is a file created with ``O_CREAT | O_EXCL``, so
-exactly one of two simultaneous runs gets it; it holds the owner's pid and
-host so that the other can name it.
+exactly one of two simultaneous runs gets it; it holds the owner's pid, host
+and job (:func:`run_identity`) so that the other can name it, and a
+requeued or restarted job can take it back from its killed predecessor.
+This module imports nothing of mmact (tests load it on its own).
 """
 import json
 import os
@@ -13,15 +15,49 @@ import socket
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Mapping, Optional
 
-__all__ = ['LOCK_NAME', 'WorkDirLockedError', 'work_dir_lock']
+__all__ = [
+    'LOCK_NAME', 'WorkDirLockedError', 'work_dir_lock', 'run_identity',
+    'is_restarted_job'
+]
 
 LOCK_NAME = '.mmact-train.lock'
 
 
 class WorkDirLockedError(RuntimeError):
     """Another live run holds the work dir."""
+
+
+def run_identity(env: Mapping[str, str] = os.environ) -> Optional[str]:
+    """What stays the same when a job is requeued or its workers restarted:
+    slurm's job id, else torchrun's run id (``--rdzv-id``), else this
+    host's torchrun process. None for a process no launcher restarts.
+
+    Args:
+        env (Mapping[str, str]): The environment to read.
+    """
+    if env.get('SLURM_JOB_ID'):
+        return f'slurm job {env["SLURM_JOB_ID"]}'
+    run_id = env.get('TORCHELASTIC_RUN_ID')
+    if run_id and run_id != 'none':
+        return f'torchrun run {run_id}'
+    if 'TORCHELASTIC_RESTART_COUNT' in env:
+        return f'torchrun {os.getppid()} on {socket.gethostname()}'
+    return None
+
+
+def is_restarted_job(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether slurm requeued this job or torchrun restarted this worker.
+
+    Args:
+        env (Mapping[str, str]): The environment to read.
+    """
+    counts = [
+        env.get(name, '0')
+        for name in ('SLURM_RESTART_COUNT', 'TORCHELASTIC_RESTART_COUNT')
+    ]
+    return any(c.isdigit() and int(c) > 0 for c in counts)
 
 
 def _alive(pid: int) -> bool:
@@ -67,9 +103,10 @@ def work_dir_lock(work_dir: str) -> Iterator[str]:
     """Hold ``work_dir`` for one training run.
 
     A lock left by a process that no longer runs on this host (a crash, a
-    ``kill -9``) is taken over with a warning. A lock held by a live process,
-    or by a process on another host (whose liveness cannot be checked here),
-    is an error naming it.
+    ``kill -9``) is taken over with a warning, and so is one left by an
+    earlier incarnation of this requeued or restarted job (on any host). A
+    lock held by a live process, or by a process on another host (whose
+    liveness cannot be checked here), is an error naming it.
 
     Args:
         work_dir (str): The run's work dir (created if missing, and removed
@@ -86,7 +123,8 @@ def work_dir_lock(work_dir: str) -> Iterator[str]:
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(work_dir, LOCK_NAME)
     host = socket.gethostname()
-    owner = dict(pid=os.getpid(), host=host, since=time.time())
+    run = run_identity()
+    owner = dict(pid=os.getpid(), host=host, since=time.time(), run=run)
     while not _try_create(path, owner):
         holder = _read(path)
         if holder is None:  # being written this instant: look again
@@ -97,6 +135,13 @@ def work_dir_lock(work_dir: str) -> Iterator[str]:
             warnings.warn(f'{path}: taking over the lock of process {pid} on '
                           f'{host}, which no longer runs (a run that crashed '
                           'or was killed)')
+            os.remove(path)
+            continue
+        if run is not None and holder.get('run') == run and \
+                is_restarted_job():
+            # slurm requeues a job only once all its processes have ended
+            warnings.warn(f'{path}: taking over the lock of process {pid} on '
+                          f'{where}, an earlier incarnation of {run}')
             os.remove(path)
             continue
         started = time.strftime('%Y-%m-%d %H:%M:%S',

@@ -6,11 +6,13 @@ from .durable_checkpoint import DurableCheckpointHook, write_durably
 from .exact_resume import ExactResumeHook
 from .gol_frequency import GOLFrequencyHook
 from .main_process_logger import MainProcessLoggerHook
+from .preemption import PreemptionHook
 from .stock_hooks import replace_stock_hook
 
 __all__ = [
     'ActivationStatsHook', 'CheckpointKeysHook', 'CheckpointMismatchError',
     'checkpoint_mismatch', 'DivergenceError', 'DivergenceGuardHook',
     'DurableCheckpointHook', 'ExactResumeHook', 'GOLFrequencyHook',
-    'MainProcessLoggerHook', 'replace_stock_hook', 'write_durably'
+    'MainProcessLoggerHook', 'PreemptionHook', 'replace_stock_hook',
+    'write_durably'
 ]

@@ -16,7 +16,7 @@ from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS
 
-__all__ = ['DurableCheckpointHook', 'write_durably']
+__all__ = ['DurableCheckpointHook', 'save_durably', 'write_durably']
 
 
 def _fsync_dir(folder: str) -> None:
@@ -61,6 +61,42 @@ def write_durably(path: str, text: str) -> None:
     _fsync_dir(osp.dirname(osp.abspath(path)))
 
 
+def save_durably(final: str, save: Callable[[str], None], kept: str) -> None:
+    """Write a checkpoint to a hidden partial file beside ``final`` with
+    ``save(partial_name)``, fsync it and rename it over ``final`` (rank 0
+    writes; every rank calls this).
+
+    Args:
+        final (str): The checkpoint's path.
+        save (Callable[[str], None]): Writes the checkpoint under the file
+            name it is given, in ``final``'s folder.
+        kept (str): What stays in place if the write fails, for the error.
+
+    Raises:
+        OSError: The write failed (disk full, permission); the message
+            names ``final`` and what is ``kept``.
+    """
+    out_dir = osp.dirname(final)
+    partial = osp.join(out_dir, f'.{osp.basename(final)}.partial')
+    try:
+        save(osp.basename(partial))
+        if is_main_process():
+            _fsync_file(partial)
+            os.replace(partial, final)
+            _fsync_dir(out_dir)
+    except BaseException as error:
+        if is_main_process() and osp.exists(partial):
+            os.remove(partial)
+        if not isinstance(error, OSError):
+            raise  # not the write: e.g. a hook refused the checkpoint
+        raise OSError(
+            error.errno,
+            f'could not write the checkpoint {final}: {error}. No part '
+            f'of it was left; {kept}. Free space in {out_dir} (or set '
+            'default_hooks.checkpoint.out_dir) and resume with '
+            '--resume') from error
+
+
 @HOOKS.register_module()
 class DurableCheckpointHook(CheckpointHook):
     """:class:`~mmengine.hooks.CheckpointHook` that never leaves the work
@@ -102,7 +138,7 @@ class DurableCheckpointHook(CheckpointHook):
         runner.message_hub.update_info('last_ckpt', final)
         kept = f'the last complete checkpoint is kept ' \
             f'({previous or "none: this was the first"})'
-        self._save_durably(
+        save_durably(
             final, lambda name: runner.save_checkpoint(
                 self.out_dir,
                 name,
@@ -132,9 +168,9 @@ class DurableCheckpointHook(CheckpointHook):
 
         def save(out_dir: str, filename: str, *args, **kwargs) -> None:
             final = osp.join(out_dir, filename)
-            self._save_durably(
-                final, lambda name: save_checkpoint(out_dir, name, *args, **
-                                                    kwargs),
+            save_durably(
+                final,
+                lambda name: save_checkpoint(out_dir, name, *args, **kwargs),
                 'the previous best checkpoint is kept')
             written.append(final)
 
@@ -150,32 +186,3 @@ class DurableCheckpointHook(CheckpointHook):
             for path in replaced:
                 if path not in written and osp.isfile(path):
                     os.remove(path)
-
-    def _save_durably(self, final: str, save: Callable[[str], None],
-                      kept: str) -> None:
-        """Write a checkpoint to a hidden partial file beside ``final`` with
-        ``save(partial_name)``, fsync it and rename it over ``final``.
-
-        Raises:
-            OSError: The write failed (disk full, permission); the message
-                names ``final`` and what is ``kept``.
-        """
-        out_dir = osp.dirname(final)
-        partial = osp.join(out_dir, f'.{osp.basename(final)}.partial')
-        try:
-            save(osp.basename(partial))
-            if is_main_process():
-                _fsync_file(partial)
-                os.replace(partial, final)
-                _fsync_dir(out_dir)
-        except BaseException as error:
-            if is_main_process() and osp.exists(partial):
-                os.remove(partial)
-            if not isinstance(error, OSError):
-                raise  # not the write: e.g. a hook refused the checkpoint
-            raise OSError(
-                error.errno,
-                f'could not write the checkpoint {final}: {error}. No part '
-                f'of it was left; {kept}. Free space in {out_dir} (or set '
-                'default_hooks.checkpoint.out_dir) and resume with '
-                '--resume') from error

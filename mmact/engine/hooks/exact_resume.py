@@ -17,7 +17,10 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
-__all__ = ['capture_random_state', 'restore_random_state', 'ExactResumeHook']
+__all__ = [
+    'capture_random_state', 'restore_random_state', 'ExactResumeHook',
+    'SkipWithoutRandomness'
+]
 
 STATE_KEY = 'random_state'
 
@@ -89,7 +92,7 @@ def restore_random_state(state: Dict[str, Any], dataloader=None) -> None:
         sampler.seed = state['sampler_seed']
 
 
-class _SkipWithoutRandomness:
+class SkipWithoutRandomness:
     """An iterator whose first ``skip`` items are drawn without touching the
     generators, so skipping already-trained batches on resume leaves the
     restored state as it was saved."""
@@ -98,7 +101,7 @@ class _SkipWithoutRandomness:
         self.iterator = iterator
         self.skip = skip
 
-    def __iter__(self) -> '_SkipWithoutRandomness':
+    def __iter__(self) -> 'SkipWithoutRandomness':
         return self
 
     def __next__(self) -> Any:
@@ -151,7 +154,14 @@ class ExactResumeHook(Hook):
         self._by_iter: Optional[CheckpointHook] = None
         self._training = False
 
-    def _capture_all(self, runner) -> None:
+    def capture(self, runner) -> None:
+        """Capture every process's state for the next checkpoint (a
+        collective: every rank calls it), e.g. where a hook saves outside
+        ``CheckpointHook``'s cadence.
+
+        Args:
+            runner (Runner): The training runner.
+        """
         state = capture_random_state(runner.train_dataloader)
         self._states = all_gather_object(state) if get_world_size() > 1 \
             else [state]
@@ -178,7 +188,7 @@ class ExactResumeHook(Hook):
         if hasattr(loop, 'dataloader_iterator'):
             # IterBasedTrainLoop draws the trained batches again to skip
             # them; that must not consume the restored state.
-            loop.dataloader_iterator = _SkipWithoutRandomness(
+            loop.dataloader_iterator = SkipWithoutRandomness(
                 loop.dataloader_iterator, runner.iter)
 
     def after_train_iter(self,
@@ -190,18 +200,18 @@ class ExactResumeHook(Hook):
         hook = self._by_iter
         if hook is not None and (self.every_n_train_iters(
                 runner, hook.interval) or self.is_last_train_iter(runner)):
-            self._capture_all(runner)
+            self.capture(runner)
 
     def after_train_epoch(self, runner) -> None:
         """Capture where an epoch-based CheckpointHook saves."""
-        self._capture_all(runner)
+        self.capture(runner)
 
     def before_val(self, runner) -> None:
         """Keep the generators for after validation ("best" checkpoints are
         saved during it with this state)."""
         if not self._training:
             return
-        self._capture_all(runner)
+        self.capture(runner)
         self._val_state = capture_random_state()
 
     def after_val(self, runner) -> None:
