@@ -27,8 +27,12 @@ from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, load_config,
                                    unknown_type_hint, use_checked_datasets)
 
-# Metric that dumps raw predictions to a pickle, per library.
-DUMP_METRICS = {'mmdet': 'DumpDetResults', 'mmpretrain': 'ResultsDumper'}
+# Metric that dumps raw predictions to a pickle, per library (mmpretrain's
+# own tools/test.py uses mmengine's DumpResults).
+DUMP_METRICS = {
+    'mmdet': 'mmdet.DumpDetResults',
+    'mmpretrain': 'mmengine.DumpResults'
+}
 # Test-time augmentation used when the config has no tta_model (the
 # defaults of mmdet's and mmpretrain's tools/test.py).
 TTA_MODELS = {
@@ -221,7 +225,7 @@ def evaluate(args: argparse.Namespace) -> None:
             runner.test_evaluator.metrics.append(
                 METRICS.build(
                     dict(
-                        type=f'{scope}.{DUMP_METRICS[scope]}',
+                        type=DUMP_METRICS[scope],
                         out_file_path=args.out)))
         runner.test()
         finish_run(cpu_distributed)

@@ -7,6 +7,9 @@ iterations it completed to ``done_rank{r}`` in the work dir, and its
 parameters after training to ``params_rank{r}.pth``. ``STEP_SLEEP`` (s)
 slows each iteration down. ``KILL_AT_ITER=k``: rank 1 of torchrun's first
 attempt ends itself with SIGKILL after iteration ``k`` (a failed node).
+``SIGNAL_BEFORE_TRAIN=1``: SIGTERM to this process when the run starts,
+before any iteration; ``STOP_AT_TEST_ITER=k`` / ``STOP_AT_VAL_ITER=k``:
+SIGTERM after test / (the first) validation iteration ``k``.
 """
 import os
 import os.path as osp
@@ -40,6 +43,20 @@ class StopProbeHook(Hook):
         if get_rank() == 0 and runner.iter + 1 == stop_at:
             name = os.environ.get('STOP_SIGNAL', 'SIGTERM')
             os.killpg(os.getpgid(0), signal.Signals[name])
+
+    def before_run(self, runner) -> None:
+        if os.environ.get('SIGNAL_BEFORE_TRAIN'):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def after_test_iter(self, runner, batch_idx, data_batch=None,
+                        outputs=None) -> None:
+        if batch_idx + 1 == int(os.environ.get('STOP_AT_TEST_ITER', -1)):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None,
+                       outputs=None) -> None:
+        if batch_idx + 1 == int(os.environ.pop('STOP_AT_VAL_ITER', -1)):
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def after_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(

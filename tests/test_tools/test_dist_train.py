@@ -3,7 +3,6 @@ import os
 import pickle
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmact.testing import child_processes, free_port, is_alive
+
 REPO = Path(__file__).resolve().parents[2]
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return str(sock.getsockname()[1])
 
 
 def run(cmd, cwd, **env_vars):
@@ -185,27 +180,6 @@ def identical(a, b) -> bool:
     return a == b
 
 
-def _children(pid: int) -> list:
-    """Live (not zombie) child processes of ``pid``."""
-    found = []
-    for stat in Path('/proc').glob('[0-9]*/stat'):
-        try:
-            fields = stat.read_text().rsplit(')', 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != 'Z':
-            found.append(int(stat.parent.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1]
-    except OSError:
-        return False
-    return state.split()[0] != 'Z'
-
-
 @pytest.mark.skipif(
     not sys.platform.startswith('linux'), reason='reads /proc (Linux)')
 def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
@@ -232,15 +206,15 @@ def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
     while not (work_dir / '.mmact-train.lock').exists():
         assert launcher.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
-    workers = _children(launcher.pid)  # the script exec'd torchrun
+    workers = child_processes(launcher.pid)  # the script exec'd torchrun
     assert len(workers) == 2
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
     deadline = time.monotonic() + 60
     try:
-        while any(_alive(p) for p in workers):
+        while any(is_alive(p) for p in workers):
             assert time.monotonic() < deadline, 'workers outlived the launcher'
             time.sleep(0.2)
     finally:  # a failed check leaves no orphan training on
-        for pid in filter(_alive, workers):
+        for pid in filter(is_alive, workers):
             os.kill(pid, signal.SIGKILL)

@@ -1,8 +1,10 @@
 """mmact.utils.dist: how a tool's run ends."""
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,9 @@ from mmact.utils import finish_run, is_launcher_main
 
 def test_finish_run_returns_without_cpu_distributed():
     finish_run(False)  # no process group: nothing to release, no exit
+    with pytest.raises(SystemExit) as stop:
+        finish_run(False, 75)  # a stopped run's status
+    assert stop.value.code == 75
 
 
 def test_cpu_distributed_worker_exits_zero_with_output_flushed(tmp_path):
@@ -73,3 +78,24 @@ def test_launcher_main_is_rank_zero_before_the_process_group(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert is_launcher_main(launcher) == main
+
+
+def test_slurm_tasks_get_torch_distributed_variables(monkeypatch):
+    """On a CPU machine the slurm launcher reads rank, world size and the
+    first node (``scontrol show hostname``, here a stand-in) as mmengine
+    does on GPUs."""
+    from mmact.utils.dist import _slurm_environment
+    fake = Path(__file__).parents[1] / 'test_tools' / 'fake_slurm'
+    monkeypatch.setenv('PATH', f'{fake}:{os.environ["PATH"]}')
+    for name, value in dict(
+            SLURM_NODELIST='node[1-2]', SLURM_NTASKS='4', SLURM_PROCID='3',
+            SLURM_LOCALID='1').items():
+        monkeypatch.setenv(name, value)
+    for name in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
+                 'LOCAL_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    _slurm_environment(port=29999)
+    assert (os.environ['MASTER_ADDR'], os.environ['MASTER_PORT']) == \
+        ('127.0.0.1', '29999')
+    assert (os.environ['RANK'], os.environ['WORLD_SIZE'],
+            os.environ['LOCAL_RANK']) == ('3', '4', '1')

@@ -100,3 +100,42 @@ def test_a_run_that_wrote_nothing_leaves_no_work_dir(tmp_path):
     with work_dir_lock(str(tmp_path / 'kept')):
         pass
     assert (tmp_path / 'kept').is_dir()  # it was there before
+
+
+def test_a_restarted_job_takes_its_own_lock_back(tmp_path, monkeypatch):
+    """slurm requeued the job (same id, restart count 1) onto another
+    host: the lock its killed predecessor left there is taken over; a new
+    job is still refused it."""
+    monkeypatch.setenv('SLURM_JOB_ID', '31')
+    (tmp_path / LOCK_NAME).write_text(
+        json.dumps(
+            dict(pid=1, host='node-7', since=0, run=lock_module.run_identity())))
+    with pytest.raises(WorkDirLockedError, match='on node-7'):
+        with work_dir_lock(str(tmp_path)):
+            pass
+    monkeypatch.setenv('SLURM_RESTART_COUNT', '1')
+    with pytest.warns(UserWarning, match='earlier incarnation of slurm job 31'):
+        with work_dir_lock(str(tmp_path)) as path:
+            assert json.loads(open(path).read())['pid'] == os.getpid()
+
+
+@pytest.mark.parametrize('env, identity', [
+    (dict(SLURM_JOB_ID='7', TORCHELASTIC_RUN_ID='r'), 'slurm job 7'),
+    (dict(TORCHELASTIC_RUN_ID='r', TORCHELASTIC_RESTART_COUNT='0'),
+     'torchrun run r'),
+    (dict(TORCHELASTIC_RUN_ID='none', TORCHELASTIC_RESTART_COUNT='0'),
+     f'torchrun {os.getppid()} on {socket.gethostname()}'),
+    ({}, None),
+])
+def test_run_identity(env, identity):
+    assert lock_module.run_identity(env) == identity
+
+
+@pytest.mark.parametrize('env, restarted', [
+    (dict(SLURM_RESTART_COUNT='2'), True),
+    (dict(TORCHELASTIC_RESTART_COUNT='1'), True),
+    (dict(SLURM_RESTART_COUNT='0', TORCHELASTIC_RESTART_COUNT='0'), False),
+    ({}, False),
+])
+def test_is_restarted_job(env, restarted):
+    assert lock_module.is_restarted_job(env) is restarted

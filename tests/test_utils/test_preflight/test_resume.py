@@ -8,8 +8,9 @@ import torch
 from mmengine.logging import MMLogger
 
 from mmact.testing import tiny_runner
-from mmact.utils.preflight import (check_fresh_work_dir, checkpoints_in,
-                                   resume_checkpoint)
+from mmact.utils.preflight import (RUN_MARKER, check_fresh_work_dir,
+                                   checkpoints_in, is_restart_of_recorded_run,
+                                   record_run, resume_checkpoint)
 
 
 @pytest.fixture(scope='module')
@@ -120,3 +121,27 @@ def test_a_new_run_is_refused_where_checkpoints_are(work_dir, tmp_path):
     for way in ('--resume', '--work-dir', '--force'):
         assert way in message
     check_fresh_work_dir(str(tmp_path / 'new'))  # absent: fine
+
+
+def test_a_stop_in_the_middle_of_an_epoch_orders_between_epochs(tmp_path):
+    for name in ('epoch_2.pth', 'epoch_1_iter_37.pth', 'epoch_1.pth'):
+        (tmp_path / name).write_bytes(b'')  # the oldest written last
+    assert [p.rsplit('/', 1)[1] for p in checkpoints_in(str(tmp_path))] \
+        == ['epoch_2.pth', 'epoch_1_iter_37.pth', 'epoch_1.pth']
+
+
+def test_a_requeued_job_is_told_from_a_new_one(tmp_path):
+    """record_run names the job; only its requeued / restarted self (same
+    job, restart count > 0) counts as the same run."""
+    job = dict(SLURM_JOB_ID='12')
+    record_run(str(tmp_path), job)
+    assert (tmp_path / RUN_MARKER).exists()
+    assert not is_restart_of_recorded_run(str(tmp_path), job)
+    assert is_restart_of_recorded_run(
+        str(tmp_path), dict(job, SLURM_RESTART_COUNT='1'))
+    assert not is_restart_of_recorded_run(
+        str(tmp_path), dict(SLURM_JOB_ID='13', SLURM_RESTART_COUNT='1'))
+    record_run(str(tmp_path), {})  # a run no launcher restarts
+    assert not (tmp_path / RUN_MARKER).exists()
+    assert not is_restart_of_recorded_run(
+        str(tmp_path), dict(job, SLURM_RESTART_COUNT='1'))
