@@ -83,13 +83,16 @@ def start(cmd, cwd, **extra) -> subprocess.Popen:
         start_new_session=True)
 
 
-def finish(process: subprocess.Popen, status: int = 0) -> str:
+def finish(process: subprocess.Popen, status=0) -> str:
+    """The output of ``process`` (and of the workers that share its output)
+    once it ended with ``status`` (one, or a tuple of accepted ones)."""
     try:
         log, _ = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == status, log[-4000:]
+    accepted = status if isinstance(status, tuple) else (status, )
+    assert process.returncode in accepted, log[-4000:]
     return log
 
 
@@ -178,7 +181,11 @@ def test_a_signal_to_one_rank_stops_every_rank_mid_epoch(cwd):
             work_dir,
             STOP_AT_ITER='3',
             STOP_SIGNAL='SIGUSR1'),
-        status=1)
+        # torch 2.14's torchrun starts workers in their own sessions and
+        # reports their status 75; torch 2.1's shares rank 0's process group
+        # and dies of the SIGUSR1 it does not handle (the workers still stop
+        # cleanly: they end with their launcher)
+        status=(1, -signal.SIGUSR1))
     assert 'stopped by SIGUSR1 after iteration 3' in log
     assert trained(work_dir, 0) == trained(work_dir, 1) == 3
     assert Path((work_dir / 'last_checkpoint').read_text()).name == \
