@@ -20,9 +20,8 @@ import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
-from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS,
-                                    PREEMPTED_EXIT_CODE, STOP_SIGNALS,
-                                    Preempted)
+from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
+                                    STOP_SIGNALS, Preempted)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, load_config,
                                    unknown_type_hint, use_checked_datasets)
@@ -224,9 +223,7 @@ def evaluate(args: argparse.Namespace) -> None:
                                  f'{sorted(DUMP_METRICS)}, got {scope!r}')
             runner.test_evaluator.metrics.append(
                 METRICS.build(
-                    dict(
-                        type=DUMP_METRICS[scope],
-                        out_file_path=args.out)))
+                    dict(type=DUMP_METRICS[scope], out_file_path=args.out)))
         runner.test()
         finish_run(cpu_distributed)
     except Preempted as stop:

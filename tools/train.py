@@ -22,9 +22,8 @@ import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
-from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS,
-                                    PREEMPTED_EXIT_CODE, STOP_SIGNALS,
-                                    Preempted)
+from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
+                                    STOP_SIGNALS, Preempted)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, check_fresh_work_dir,
                                    check_pretrained_paths,

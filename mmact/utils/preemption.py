@@ -64,8 +64,9 @@ def parse_signal(name: str) -> signal.Signals:
     except KeyError:
         sig = None
     if sig is None or sig in (signal.SIGKILL, signal.SIGSTOP):
-        catchable = ', '.join(s.name for s in signal.Signals
-                              if s not in (signal.SIGKILL, signal.SIGSTOP))
+        catchable = ', '.join(
+            s.name for s in signal.Signals
+            if s not in (signal.SIGKILL, signal.SIGSTOP))
         raise ValueError(f'stop signals: {name!r} is not a signal a process '
                          f'can handle; accepted: {catchable}') from None
     return sig

@@ -29,7 +29,10 @@ class StopProbeHook(Hook):
 
     priority = 'NORMAL'  # before PreemptionHook acts on the signal
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None) -> None:
         with open(osp.join(runner.work_dir, f'done_rank{get_rank()}'),
                   'w') as f:
@@ -48,12 +51,18 @@ class StopProbeHook(Hook):
         if os.environ.get('SIGNAL_BEFORE_TRAIN'):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    def after_test_iter(self, runner, batch_idx, data_batch=None,
+    def after_test_iter(self,
+                        runner,
+                        batch_idx,
+                        data_batch=None,
                         outputs=None) -> None:
         if batch_idx + 1 == int(os.environ.get('STOP_AT_TEST_ITER', -1)):
             os.kill(os.getpid(), signal.SIGTERM)
 
-    def after_val_iter(self, runner, batch_idx, data_batch=None,
+    def after_val_iter(self,
+                       runner,
+                       batch_idx,
+                       data_batch=None,
                        outputs=None) -> None:
         if batch_idx + 1 == int(os.environ.pop('STOP_AT_VAL_ITER', -1)):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -61,6 +70,7 @@ class StopProbeHook(Hook):
     def after_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(
             runner.model) else runner.model
-        torch.save({k: v.detach().clone()
-                    for k, v in model.named_parameters()},
-                   osp.join(runner.work_dir, f'params_rank{get_rank()}.pth'))
+        torch.save({
+            k: v.detach().clone()
+            for k, v in model.named_parameters()
+        }, osp.join(runner.work_dir, f'params_rank{get_rank()}.pth'))

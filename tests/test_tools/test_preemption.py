@@ -348,8 +348,8 @@ def test_requeued_job_without_its_checkpoint_starts_anew(cwd):
     assert 'holds checkpoints of an earlier run' in refused
     for path in work_dir.glob('*.pth'):
         path.unlink()
-    log = finish(train(cwd, 'iters.py', work_dir, SLURM_RESTART_COUNT='1',
-                       **job))
+    log = finish(
+        train(cwd, 'iters.py', work_dir, SLURM_RESTART_COUNT='1', **job))
     assert 'slurm job 99 was requeued or restarted' in log
     assert f'{work_dir} holds no complete checkpoint' in log
     assert 'training starts from scratch' in log

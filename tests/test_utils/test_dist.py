@@ -46,7 +46,8 @@ def test_cpu_distributed_worker_exits_zero_with_output_flushed(tmp_path):
 
 
 @pytest.mark.skipif(
-    not sys.platform.startswith('linux'), reason='the launcher watch is set up on Linux only')
+    not sys.platform.startswith('linux'),
+    reason='the launcher watch is set up on Linux only')
 def test_a_worker_whose_launcher_is_gone_ends_at_once():
     """The launcher the scripts name is not this worker's parent any more
     (it died before the worker set its parent-death signal)."""
@@ -88,7 +89,9 @@ def test_slurm_tasks_get_torch_distributed_variables(monkeypatch):
     fake = Path(__file__).parents[1] / 'test_tools' / 'fake_slurm'
     monkeypatch.setenv('PATH', f'{fake}:{os.environ["PATH"]}')
     for name, value in dict(
-            SLURM_NODELIST='node[1-2]', SLURM_NTASKS='4', SLURM_PROCID='3',
+            SLURM_NODELIST='node[1-2]',
+            SLURM_NTASKS='4',
+            SLURM_PROCID='3',
             SLURM_LOCALID='1').items():
         monkeypatch.setenv(name, value)
     for name in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',

@@ -109,20 +109,23 @@ def test_a_restarted_job_takes_its_own_lock_back(tmp_path, monkeypatch):
     monkeypatch.setenv('SLURM_JOB_ID', '31')
     (tmp_path / LOCK_NAME).write_text(
         json.dumps(
-            dict(pid=1, host='node-7', since=0, run=lock_module.run_identity())))
+            dict(
+                pid=1, host='node-7', since=0,
+                run=lock_module.run_identity())))
     with pytest.raises(WorkDirLockedError, match='on node-7'):
         with work_dir_lock(str(tmp_path)):
             pass
     monkeypatch.setenv('SLURM_RESTART_COUNT', '1')
-    with pytest.warns(UserWarning, match='earlier incarnation of slurm job 31'):
+    with pytest.warns(
+            UserWarning, match='earlier incarnation of slurm job 31'):
         with work_dir_lock(str(tmp_path)) as path:
             assert json.loads(open(path).read())['pid'] == os.getpid()
 
 
 @pytest.mark.parametrize('env, identity', [
     (dict(SLURM_JOB_ID='7', TORCHELASTIC_RUN_ID='r'), 'slurm job 7'),
-    (dict(TORCHELASTIC_RUN_ID='r', TORCHELASTIC_RESTART_COUNT='0'),
-     'torchrun run r'),
+    (dict(TORCHELASTIC_RUN_ID='r',
+          TORCHELASTIC_RESTART_COUNT='0'), 'torchrun run r'),
     (dict(TORCHELASTIC_RUN_ID='none', TORCHELASTIC_RESTART_COUNT='0'),
      f'torchrun {os.getppid()} on {socket.gethostname()}'),
     ({}, None),

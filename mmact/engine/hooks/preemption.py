@@ -144,6 +144,7 @@ class PreemptionHook(Hook):
             parse_signal(name)
         self.signals = tuple(signals)
         self._training = False
+        self._installed_here = False
         self._resumed_epoch: Optional[_ResumedEpoch] = None
 
     def before_train(self, runner) -> None:
@@ -152,14 +153,19 @@ class PreemptionHook(Hook):
         if not self.signals:
             return
         if not STOP_SIGNALS.installed:
-            STOP_SIGNALS.install(self.signals)
+            self._installed_here = STOP_SIGNALS.install(self.signals)
         STOP_SIGNALS.deferred = True
         self._training = True
         self._resume_in_epoch(runner)
 
     def after_train(self, runner) -> None:
-        """Training is over: a signal now leaves nothing to save."""
+        """Training is over: a signal now leaves nothing to save (and the
+        handlers this hook installed go)."""
         self._training = False
+        if self._installed_here:
+            STOP_SIGNALS.uninstall()
+            STOP_SIGNALS.reset()
+            self._installed_here = False
 
     def after_train_epoch(self, runner) -> None:
         """The resumed epoch is over: the dataloader is the run's again."""
