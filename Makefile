@@ -12,7 +12,7 @@ SE_TOY := configs/toy/se-relu_mrcnn_r50_toy.py
 APA_DIR := $(DEMO_DIR)/apa_mrcnn_r50_toy
 SE_DIR := $(DEMO_DIR)/se-relu_mrcnn_r50_toy
 
-.PHONY: env env-torch2.1 demo demo-stock test test-torch2.1 data
+.PHONY: env env-torch2.1 demo demo-stock test test-torch2.1 data docs
 
 env:
 	bash tools/setup_env.sh
@@ -56,6 +56,12 @@ PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadscope --no-loadscope-reorder 
 
 test: env
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+# The docs site (Sphinx + MyST) into docs/_build/html; a warning (a broken link
+# or section, a docstring autodoc cannot read) fails it.
+docs: env
+	rm -rf docs/_build
+	$(PYTHON) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # The users' stack (README, "Supported versions"): torch 2.1.2, Triton 2.1,
 # numpy < 2, in .venv-torch2.1/. CI runs it after `make test`, with the

@@ -1,5 +1,9 @@
 """Install mmact: ``pip install -e .`` (``tools/setup_env.sh`` builds the full stack)."""
+import os
+import os.path as osp
 import re
+import shutil
+import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -27,6 +31,35 @@ def parse_requirements(name: str) -> list:
     return requirements
 
 
+def add_mim_extension() -> None:
+    """Put ``configs/``, ``tools/`` and ``model-index.yml`` into
+    ``mmact/.mim/``, as mmdet and mmpretrain do for ``mim`` and for scripts
+    that look for a package's configs: links in an editable install, copies
+    in a wheel or sdist."""
+    if {'develop', 'editable_wheel'} & set(sys.argv):
+        mode = 'symlink'
+    elif {'sdist', 'bdist_wheel', 'build', 'install'} & set(sys.argv):
+        mode = 'copy'
+    else:
+        return
+    mim = ROOT / 'mmact' / '.mim'
+    mim.mkdir(exist_ok=True)
+    for name in ('configs', 'tools', 'model-index.yml'):
+        source, target = ROOT / name, mim / name
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.is_dir():
+            shutil.rmtree(target)
+        if mode == 'symlink':
+            os.symlink(osp.relpath(source, mim), target)
+        elif source.is_dir():
+            shutil.copytree(
+                source, target, ignore=shutil.ignore_patterns('__pycache__'))
+        else:
+            shutil.copyfile(source, target)
+
+
+add_mim_extension()
 setup(
     name='mmact',
     version=read_version(),
@@ -36,8 +69,10 @@ setup(
     long_description_content_type='text/markdown',
     keywords='computer vision, object detection, activation functions',
     packages=find_packages(exclude=('configs', 'tools', 'tests', 'projects')),
-    # the C kernels, compiled on first use (mmact/ops/cpu_build.py)
+    # the C kernels, compiled on first use (mmact/ops/cpu_build.py); the
+    # configs, tools and model index for mim (MANIFEST.in: mmact/.mim)
     package_data={'mmact.ops': ['csrc/*.c', 'csrc/*.cpp', 'csrc/*.h']},
+    include_package_data=True,
     python_requires='>=3.8',
     license='Apache License 2.0',
     install_requires=parse_requirements('requirements/runtime.txt'),

@@ -26,7 +26,9 @@ from mmdet.registry import MODELS as MMDET_MODELS
 from mmengine.registry import Registry
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-__all__ = ['UPSTREAM_MODEL_MODULES', 'import_on_first_lookup']
+__all__ = [
+    'UPSTREAM_MODEL_MODULES', 'import_on_first_lookup', 'registered_components'
+]
 
 #: mmact module -> the registries its decorators register into.
 UPSTREAM_MODEL_MODULES: Dict[str, Tuple[Registry, ...]] = {
@@ -59,3 +61,29 @@ def import_on_first_lookup(module: str, *registries: Registry) -> None:
             # A new list: mmengine's default ``locations=[]`` is one list
             # object shared by every registry created without locations.
             registry._locations = [*registry._locations, module]
+
+
+def registered_components() -> Dict[str, type]:
+    """Every class or function mmact registers, by import path.
+
+    Imports the modules of :data:`UPSTREAM_MODEL_MODULES` first, then reads
+    mmengine's root registries and mmdet's and mmpretrain's.
+
+    Returns:
+        dict: ``'mmact.models.activations.apa.AGLU'`` -> the object, for
+        every registered object defined in mmact (aliases once).
+    """
+    import mmdet.registry
+    import mmengine.registry
+    import mmpretrain.registry
+    for module in UPSTREAM_MODEL_MODULES:
+        importlib.import_module(module)
+    found: Dict[str, type] = {}
+    for package in (mmengine.registry, mmdet.registry, mmpretrain.registry):
+        for registry in vars(package).values():
+            if not isinstance(registry, Registry):
+                continue
+            for obj in registry.module_dict.values():
+                if obj.__module__.split('.')[0] == 'mmact':
+                    found[f'{obj.__module__}.{obj.__qualname__}'] = obj
+    return dict(sorted(found.items()))

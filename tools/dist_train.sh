@@ -6,7 +6,7 @@
 # MAX_RESTARTS=N: torchrun restarts failed workers up to N times; restarted
 # workers resume from the newest checkpoint of the work dir. A SIGTERM or
 # SIGUSR1 to the job stops it at the next iteration after a checkpoint
-# (exit status 75 from each worker; see docs/preemption.md).
+# (exit status 75 from each worker; see docs/user_guides/preemption.md).
 CONFIG=$1
 GPUS=$2
 NNODES=${NNODES:-1}

@@ -110,7 +110,7 @@ log "installing mmengine, mmdet, mmpretrain, datasets tools and test tools"
 # The constraints pin torch; its own metadata would ask for setuptools>=77,
 # which drops the pkg_resources that mmengine imports at run time.
 "${PIP[@]}" -r "$ROOT/requirements/mminstall.txt" -r "$ROOT/requirements/optional.txt" \
-  -r "$ROOT/requirements/tests.txt" \
+  -r "$ROOT/requirements/tests.txt" -r "$ROOT/requirements/docs.txt" \
   "mmengine==0.10.7" "mmcv==$MMCV_VERSION" "mmdet==3.3.0" "mmpretrain==1.2.0" "lvis==0.5.3"
 "${PIP[@]}" "setuptools<70"
 "${PIP[@]}" --no-deps -e "$ROOT"

@@ -2,7 +2,7 @@
 # Usage: [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] \
 #        [SIGNAL_LEAD=90] tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR \
 #        [train.py options]
-# Preemption (docs/preemption.md): slurm sends SIGUSR1 SIGNAL_LEAD seconds
+# Preemption (docs/user_guides/preemption.md): slurm sends SIGUSR1 SIGNAL_LEAD seconds
 # before the time limit (0: not asked for), and SIGTERM when it preempts or
 # cancels the job; train.py then stops at the next iteration after a
 # checkpoint, with exit status 75. Inside a batch job (sbatch) this script

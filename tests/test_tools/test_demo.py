@@ -147,11 +147,12 @@ def _make_dry_run(target: str) -> str:
 
 
 def _readme_demo_commands() -> list:
-    """Command lines of the README's demo block (between its markers)."""
-    text = (REPO / 'README.md').read_text()
+    """Command lines of the demo block of docs/get_started.md (after its
+    marker)."""
+    text = (REPO / 'docs/get_started.md').read_text()
     match = re.search(r'<!-- demo-commands -->\s*```bash\n(.*?)```', text,
                       re.S)
-    assert match, 'README.md: no ```bash block after <!-- demo-commands -->'
+    assert match, 'get_started.md: no ```bash block after <!-- demo-commands -->'
     lines = []
     for line in match.group(1).splitlines():
         line = line.split('#', 1)[0].strip()
@@ -160,23 +161,24 @@ def _readme_demo_commands() -> list:
     return lines
 
 
-def test_readme_demo_commands_are_the_makefile_commands():
-    # the README writes `python` for the Makefile's .venv/bin/python
+def test_documented_demo_commands_are_the_makefile_commands():
+    # the docs write `python` for the Makefile's .venv/bin/python
     recipe = _make_dry_run('demo').replace('.venv/bin/python', 'python')
     commands = _readme_demo_commands()
     assert any('dist_train.sh' in c for c in commands)
     lines = recipe.splitlines()
     assert [c for c in commands if c not in lines] == []
-    # and the README lists every tool the demo runs
+    # and they list every tool the demo runs
     assert [
         c for c in lines
         if 'tools/' in c and 'setup_env' not in c and c not in commands
     ] == []
     for name in re.findall(r'(?:tools|configs)/[\w./-]+\.(?:py|sh)', recipe):
         assert (REPO / name).is_file(), name
-    text = (REPO / 'README.md').read_text()
-    for target in re.findall(r'^make ([\w.-]+)', text, re.M):
-        _make_dry_run(target)
+    for page in ('README.md', 'docs/get_started.md'):
+        text = (REPO / page).read_text()
+        for target in re.findall(r'^make ([\w.-]+)', text, re.M):
+            _make_dry_run(target)
 
 
 # ---------------------------------------------------------------------------

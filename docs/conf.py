@@ -1,0 +1,28 @@
+"""Sphinx configuration of mmact's documentation (``make docs``)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath('..'))
+
+project = 'mmact'
+author = 'mmact contributors'
+copyright = '2026, mmact contributors'
+
+extensions = [
+    'myst_parser', 'sphinx.ext.autodoc', 'sphinx.ext.napoleon',
+    'sphinx.ext.viewcode'
+]
+source_suffix = {'.md': 'markdown'}
+root_doc = 'index'
+exclude_patterns = ['_build']
+myst_heading_anchors = 4
+myst_enable_extensions = ['colon_fence']
+# Google-style docstrings (Args:, Returns:, Raises:)
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+autodoc_member_order = 'bysource'
+autodoc_typehints = 'description'
+# Class docstrings and __init__ arguments; the API page lists the members.
+autoclass_content = 'class'
+html_theme = 'alabaster'
+html_title = 'mmact'
