@@ -84,14 +84,25 @@ def _slurm_environment(port: Optional[int]) -> None:
 
 #: Seconds between two looks at whether the launcher is still the parent.
 LAUNCHER_POLL_S = 0.5
+#: Seconds an orphaned worker has to stop after SIGTERM (torchrun's own
+#: grace period): then SIGKILL, since a main thread blocked in a collective
+#: with a rank that is gone never runs Python's signal handler.
+ORPHAN_GRACE_S = 30.0
+
+
+def _kill_after_grace() -> None:
+    time.sleep(ORPHAN_GRACE_S)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _end_when_orphaned(parent: int) -> None:
     """SIGTERM to this process once its parent is not ``parent`` any more
-    (the parent ended and the process was re-parented)."""
+    (the parent ended and the process was re-parented), SIGKILL
+    :data:`ORPHAN_GRACE_S` later if it still runs."""
     while os.getppid() == parent:
         time.sleep(LAUNCHER_POLL_S)
     os.kill(os.getpid(), signal.SIGTERM)
+    _kill_after_grace()
 
 
 def end_with_launcher(launcher: str) -> bool:
@@ -104,7 +115,8 @@ def end_with_launcher(launcher: str) -> bool:
     ``dist_test.sh`` ``exec`` torchrun, so killing the script kills
     torchrun, and this ends its workers: a daemon thread looks at the
     parent process every :data:`LAUNCHER_POLL_S` seconds and signals the
-    worker once it changed. A worker that gets here after its launcher
+    worker once it changed (SIGTERM: a training stops at the next iteration
+    after a checkpoint; SIGKILL :data:`ORPHAN_GRACE_S` later). A worker that gets here after its launcher
     (``MMACT_LAUNCHER_PID``, set by the scripts) already ended ends at
     once.
 
@@ -122,7 +134,11 @@ def end_with_launcher(launcher: str) -> bool:
     # (which torchrun keeps), so compare.
     launcher_pid = os.environ.get('MMACT_LAUNCHER_PID')
     if launcher_pid and parent != int(launcher_pid):
+        threading.Thread(
+            target=_kill_after_grace, name='mmact-orphan-kill',
+            daemon=True).start()
         os.kill(os.getpid(), signal.SIGTERM)
+        return True
     threading.Thread(
         target=_end_when_orphaned,
         args=(parent, ),

@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,33 @@ def test_a_worker_whose_launcher_is_gone_ends_at_once():
                          timeout=300)
     assert out.returncode == -signal.SIGTERM, out.stderr[-2000:]
     assert out.stdout == 'False\n'  # launcher 'none': nothing set up
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith('linux'), reason='watches the parent (Linux)')
+def test_an_orphan_that_does_not_stop_on_sigterm_is_killed():
+    """A worker whose main thread cannot run its SIGTERM handler (blocked
+    in a collective with a rank that is gone; here: a handler that does
+    nothing) is killed ORPHAN_GRACE_S after its launcher ended."""
+    code = ('import os, signal, subprocess, sys, time\n'
+            'import mmact.utils.dist as dist\n'
+            'dist.ORPHAN_GRACE_S = 0.5\n'
+            'signal.signal(signal.SIGTERM, lambda *_: None)\n'
+            'dist.end_with_launcher("pytorch")\n'
+            'print("watching", flush=True)\n'
+            'time.sleep(120)\n')
+    # an intermediate launcher that starts the worker and ends at once
+    launcher = ('import os, subprocess, sys\n'
+                'os.environ["MMACT_LAUNCHER_PID"] = str(os.getpid())\n'
+                f'subprocess.Popen([sys.executable, "-c", {code!r}])\n')
+    worker = subprocess.Popen([sys.executable, '-c', launcher],
+                              stdout=subprocess.PIPE,
+                              text=True)
+    worker.wait(timeout=60)
+    started = time.monotonic()
+    assert worker.stdout.readline() == 'watching\n'
+    assert worker.stdout.read() == ''  # the orphan closed its output: gone
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.parametrize('launcher,env,main', [
