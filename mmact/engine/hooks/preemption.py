@@ -242,7 +242,8 @@ class PreemptionHook(Hook):
         else:
             filename = f'epoch_{epochs}_iter_{iters}.pth'
         final = osp.join(out_dir, filename)
-        if not (local and hook.last_ckpt == final and osp.isfile(final)):
+        # hook.last_ckpt: the same on every rank (capture is a collective)
+        if not (local and hook.last_ckpt == final):
             if not in_validation:  # validation keeps the training's state
                 for exact in runner.hooks:
                     if isinstance(exact, ExactResumeHook):
