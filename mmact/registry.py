@@ -64,18 +64,29 @@ def import_on_first_lookup(module: str, *registries: Registry) -> None:
 
 
 def registered_components() -> Dict[str, type]:
-    """Every class or function mmact registers, by import path.
+    """Every public class or function mmact registers, by import path.
 
-    Imports the modules of :data:`UPSTREAM_MODEL_MODULES` first, then reads
-    mmengine's root registries and mmdet's and mmpretrain's.
+    Imports every package of mmact that registers (all but ``ops``,
+    ``analysis`` and ``testing``) and the modules of
+    :data:`UPSTREAM_MODEL_MODULES` first, so that the answer does not depend
+    on what was imported before; then reads mmengine's root registries and
+    mmdet's and mmpretrain's. Private builders (``_name``) are left out.
 
     Returns:
         dict: ``'mmact.models.activations.apa.AGLU'`` -> the object, for
         every registered object defined in mmact (aliases once).
     """
+    import pkgutil
+
     import mmdet.registry
     import mmengine.registry
     import mmpretrain.registry
+
+    import mmact
+    for info in pkgutil.walk_packages(mmact.__path__, 'mmact.'):
+        if info.ispkg and info.name.split('.')[1] not in ('ops', 'analysis',
+                                                          'testing'):
+            importlib.import_module(info.name)
     for module in UPSTREAM_MODEL_MODULES:
         importlib.import_module(module)
     found: Dict[str, type] = {}
@@ -84,6 +95,7 @@ def registered_components() -> Dict[str, type]:
             if not isinstance(registry, Registry):
                 continue
             for obj in registry.module_dict.values():
-                if obj.__module__.split('.')[0] == 'mmact':
+                if obj.__module__.split('.')[0] == 'mmact' and \
+                        not obj.__name__.startswith('_'):
                     found[f'{obj.__module__}.{obj.__qualname__}'] = obj
     return dict(sorted(found.items()))

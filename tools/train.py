@@ -21,7 +21,8 @@ from mmengine.runner import Runner
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
-                         is_launcher_main, setup_cpu_distributed)
+                         init_restarted_process_group, is_launcher_main,
+                         setup_cpu_distributed)
 from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
                                     STOP_SIGNALS, Preempted)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
@@ -216,6 +217,7 @@ def train(cfg: Config,
         cfg, splits, warn=is_launcher_main(args.launcher))
     check_pretrained_paths(cfg)
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
+    init_restarted_process_group(cfg, args.launcher)  # GPUs: before mmengine
     # load_from may cover part of the model (fine-tuning): warn, don't stop.
     add_hook(cfg, dict(type='CheckpointKeysHook', strict=False))
     if not args.no_exact_resume:

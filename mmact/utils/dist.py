@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 import torch.distributed as torch_dist
+import torch.multiprocessing as mp
 from mmengine.config import Config
 
 
@@ -46,11 +47,7 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
     dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
     dist_cfg['backend'] = 'gloo'
     if not torch_dist.is_initialized():
-        torch_dist.init_process_group(
-            backend='gloo',
-            rank=int(os.environ['RANK']),
-            world_size=int(os.environ['WORLD_SIZE']),
-            timeout=timedelta(seconds=dist_cfg.get('timeout', 1800)))
+        _init_process_group('gloo', dist_cfg.get('timeout', 1800))
     wrapper = cfg.get('model_wrapper_cfg') or {}
     if wrapper.get(
             'type',
@@ -60,6 +57,66 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
             f'model_wrapper_cfg type {wrapper["type"]!r} needs a GPU; only '
             'MMDistributedDataParallel is replaced for CPU training.')
     cfg.model_wrapper_cfg = dict(wrapper, type='CPUDistributedDataParallel')
+    return True
+
+
+def _init_process_group(backend: str, timeout_s: float) -> None:
+    """``init_process_group`` from torchrun's variables, in a store space of
+    its own for each attempt of a restarted job.
+
+    torchrun (static rendezvous) keeps its store across restarts: workers of
+    a later attempt read the addresses the killed attempt's ranks published
+    and fail to connect ("Gloo connectFullMesh failed ... Connection
+    refused", or hang), in 2 of 6 restarts here.
+    """
+    timeout = timedelta(seconds=timeout_s)
+    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+    attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')
+    if attempt.isdigit() and int(attempt) > 0 and \
+            os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
+        store = torch_dist.TCPStore(
+            os.environ['MASTER_ADDR'],
+            int(os.environ['MASTER_PORT']),
+            world_size,
+            is_master=False,
+            timeout=timeout)
+        torch_dist.init_process_group(
+            backend,
+            store=torch_dist.PrefixStore(f'mmact/attempt_{attempt}', store),
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout)
+        return
+    torch_dist.init_process_group(
+        backend, rank=rank, world_size=world_size, timeout=timeout)
+
+
+def init_restarted_process_group(cfg: Config, launcher: str) -> bool:
+    """Initialise the process group of a worker torchrun restarted, before
+    mmengine's Runner would (it reuses an initialised group), in a store
+    space of its own (:func:`_init_process_group`).
+
+    Args:
+        cfg (Config): The run's config (``env_cfg.dist_cfg``: backend,
+            timeout).
+        launcher (str): The tool's ``--launcher``.
+
+    Returns:
+        bool: Whether it initialised the group.
+    """
+    attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')
+    if launcher != 'pytorch' or not attempt.isdigit() or int(attempt) == 0 \
+            or torch_dist.is_initialized():
+        return False
+    dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg', {})
+    if mp.get_start_method(allow_none=True) is None:
+        mp.set_start_method('spawn')  # as mmengine's init_dist
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+    _init_process_group(
+        dist_cfg.get('backend',
+                     'nccl' if torch.cuda.is_available() else 'gloo'),
+        dist_cfg.get('timeout', 1800))
     return True
 
 
