@@ -76,14 +76,13 @@ def registered_components() -> Dict[str, type]:
         dict: ``'mmact.models.activations.apa.AGLU'`` -> the object, for
         every registered object defined in mmact (aliases once).
     """
+    import os.path as osp
     import pkgutil
 
     import mmdet.registry
     import mmengine.registry
     import mmpretrain.registry
-
-    import mmact
-    for info in pkgutil.walk_packages(mmact.__path__, 'mmact.'):
+    for info in pkgutil.walk_packages([osp.dirname(__file__)], 'mmact.'):
         if info.ispkg and info.name.split('.')[1] not in ('ops', 'analysis',
                                                           'testing'):
             importlib.import_module(info.name)
