@@ -78,8 +78,21 @@ def toy_data_root(tmp_path_factory) -> Callable[..., str]:
     return get
 
 
+@pytest.fixture(scope='session')
+def tiny_cls_root(toy_data_root) -> str:
+    """The generated set the tiny-cls tool-test configs
+    (``tests/test_tools/configs/tiny-cls_*.py``) train on: 23 training
+    images of 4 long-tailed classes, 8 for validation."""
+    return toy_data_root(
+        'cls',
+        num_classes=4,
+        imbalance=2,
+        max_per_class=8,
+        num_val_per_class=2)
+
+
 def pytest_collection_modifyitems(config: pytest.Config,
-                                   items: List[pytest.Item]) -> None:
+                                  items: List[pytest.Item]) -> None:
     """Modules that hold ``slow`` tests run first, each as one unit (Makefile:
     ``--dist loadscope``), so the two workers finish on the many short
     modules together instead of one waiting on the other's last training."""

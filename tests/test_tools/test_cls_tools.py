@@ -20,10 +20,6 @@ TINY_ITERS = CONFIGS / 'tiny-cls_aglu-apa_iters.py'
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
 pytestmark = pytest.mark.slow
 
-# 23 training images (4 long-tailed classes), 8 for validation.
-TOY_CLS = dict(
-    num_classes=4, imbalance=2, max_per_class=8, num_val_per_class=2)
-
 
 def run(args, cwd, check=True):
     result = subprocess.run([sys.executable, *map(str, args)],
@@ -72,11 +68,11 @@ def assert_identical(a, b, where='checkpoint'):
 
 
 @pytest.fixture(scope='module')
-def cwd(tmp_path_factory, toy_data_root):
+def cwd(tmp_path_factory, tiny_cls_root):
     """A folder with data/toy_cls, as a user's checkout has."""
     cwd = tmp_path_factory.mktemp('cls')
     (cwd / 'data').mkdir()
-    (cwd / 'data' / 'toy_cls').symlink_to(toy_data_root('cls', **TOY_CLS))
+    (cwd / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
     return cwd
 
 

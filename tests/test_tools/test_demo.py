@@ -5,7 +5,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 from mmengine.config import Config
+
+from mmact.testing import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 LVIS = REPO / 'configs' / 'lvis'
@@ -31,8 +32,8 @@ DEMO_CONFIGS = {
 # RoIs per image.
 DATA_FORCED = {
     'backbone.init_cfg', 'backbone.frozen_stages', 'backbone.norm_eval',
-    'backbone.zero_init_residual',
-    'roi_head.bbox_head.num_classes', 'roi_head.mask_head.num_classes',
+    'backbone.zero_init_residual', 'roi_head.bbox_head.num_classes',
+    'roi_head.mask_head.num_classes',
     'roi_head.bbox_head.loss_cls.rare_threshold', 'train_cfg.rpn.sampler.num',
     'train_cfg.rpn_proposal.nms_pre', 'train_cfg.rpn_proposal.max_per_img',
     'train_cfg.rcnn.sampler.num', 'test_cfg.rpn.nms_pre',
@@ -184,17 +185,11 @@ def test_documented_demo_commands_are_the_makefile_commands():
 # ---------------------------------------------------------------------------
 # the demo's commands, two iterations each
 # ---------------------------------------------------------------------------
-def _free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return str(sock.getsockname()[1])
-
-
 def _run(cmd, cwd) -> str:
     env = dict(
         os.environ,
         PYTHON=sys.executable,
-        PORT=_free_port(),
+        PORT=free_port(),
         OMP_NUM_THREADS='1')
     result = subprocess.run([str(c) for c in cmd],
                             cwd=cwd,

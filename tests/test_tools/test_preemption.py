@@ -44,16 +44,10 @@ PROBE = ("custom_imports = dict(imports=['mmact', 'stop_probe'], "
 
 
 @pytest.fixture(scope='module')
-def cwd(tmp_path_factory, toy_data_root):
+def cwd(tmp_path_factory, tiny_cls_root):
     folder = tmp_path_factory.mktemp('preemption')
     (folder / 'data').mkdir()
-    (folder / 'data' / 'toy_cls').symlink_to(
-        toy_data_root(
-            'cls',
-            num_classes=4,
-            imbalance=2,
-            max_per_class=8,
-            num_val_per_class=2))
+    (folder / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
     (folder / 'iters.py').write_text(ITERS + PROBE)
     (folder / 'epochs.py').write_text(EPOCHS + PROBE)
     return folder
