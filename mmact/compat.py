@@ -15,7 +15,6 @@ import contextlib
 import functools
 import importlib
 import importlib.util
-import pickle
 import re
 import types
 import warnings
@@ -325,59 +324,21 @@ def patch_lvis_numpy() -> bool:
     return True
 
 
-# What a HistoryBuffer pickles: its statistics functions, written by pickle
-# as getattr(HistoryBuffer, name).
-_HISTORY_STATISTICS = ('min', 'max', 'current', 'mean')
-
-
-def _history_buffer_statistic(owner: type, name: str):
-    """``builtins.getattr`` as mmengine checkpoints use it, and only that.
-
-    The weights-only unpickler resolves the ``getattr`` of a checkpoint to
-    this function, which hands out nothing but the statistics methods of
-    ``HistoryBuffer``.
-    """
-    from mmengine.logging import HistoryBuffer
-    if owner is HistoryBuffer and name in _HISTORY_STATISTICS:
-        return getattr(owner, name)
-    raise pickle.UnpicklingError(
-        f'weights-only load: getattr({owner!r}, {name!r}) is not allowed '
-        f'(mmact allows getattr(HistoryBuffer, name) for name in '
-        f'{_HISTORY_STATISTICS} only)')
-
-
 def allow_mmengine_checkpoint_globals() -> None:
     """Let ``torch.load(weights_only=True)`` read mmengine's checkpoints.
 
     torch >= 2.6 loads weights-only by default, and every checkpoint the
     Runner saves holds its message hub: ``HistoryBuffer`` objects (numpy
     arrays inside, statistics functions pickled through ``getattr``) and
-    numpy scalars. This adds exactly those classes (numpy: arrays, scalars
-    and the numeric dtypes) and functions to torch's allow-list
-    (:func:`mmact.compat.allow_in_weights_only_load`); anything else in
-    a checkpoint is still refused, and ``getattr`` is resolved to
-    :func:`_history_buffer_statistic`, not to the builtin. Names from
-    numpy 1 (``numpy.core``) are mapped too, so older checkpoints load.
+    numpy scalars. This adds the numpy and mmengine entries of mmact's
+    allow-list (:func:`mmact.checkpoint.allow_list.weights_only_entries`)
+    to torch's (:func:`allow_in_weights_only_load`); anything else is still
+    refused, and ``getattr`` is resolved to
+    :func:`mmact.checkpoint.allow_list.history_buffer_statistic`, not to the
+    builtin. Older torch unpickles fully by default: mmact's own loader
+    (:mod:`mmact.checkpoint`) is the safe route there.
     """
-    from mmengine.logging import HistoryBuffer
     if not WEIGHTS_ONLY_BY_DEFAULT:
-        return  # older torch unpickles fully by default
-    multiarray = importlib.import_module('numpy._core.multiarray' if hasattr(
-        np, '_core') else 'numpy.core.multiarray')
-    reconstruct, scalar = multiarray._reconstruct, multiarray.scalar
-    # numpy >= 1.25 builds each dtype as its own class (Float64DType, ...)
-    numeric_dtypes = {
-        type(np.dtype(code))
-        for code in '?' + np.typecodes['AllInteger'] + np.typecodes['AllFloat']
-    }
-    allow_in_weights_only_load([
-        HistoryBuffer,
-        np.ndarray,
-        np.dtype,
-        *sorted(numeric_dtypes, key=str),
-        (reconstruct, 'numpy._core.multiarray._reconstruct'),
-        (reconstruct, 'numpy.core.multiarray._reconstruct'),
-        (scalar, 'numpy._core.multiarray.scalar'),
-        (scalar, 'numpy.core.multiarray.scalar'),
-        (_history_buffer_statistic, 'builtins.getattr'),
-    ])
+        return
+    from .checkpoint.allow_list import weights_only_entries
+    allow_in_weights_only_load(weights_only_entries())

@@ -34,6 +34,40 @@ def load_tool() -> Callable[[str], ModuleType]:
     return load
 
 
+class _RunsCode:
+    """Unpickling it runs ``touch <marker>``: a crafted checkpoint."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f'touch {self.marker}', )
+
+
+@pytest.fixture
+def crafted_checkpoint(tmp_path) -> Callable[..., Tuple[Path, Path]]:
+    """``crafted_checkpoint(name, legacy=False)`` writes a checkpoint whose
+    unpickling would create a file, beside real weights under
+    ``state_dict``, and returns ``(checkpoint, marker file)``; the marker
+    does not exist until something unpickles the payload."""
+
+    def write(name: str = 'crafted.pth',
+              legacy: bool = False) -> Tuple[Path, Path]:
+        path, marker = tmp_path / name, tmp_path / f'{name}.ran'
+        torch.save({
+            'state_dict': {
+                'w': torch.ones(2)
+            },
+            'meta': _RunsCode(marker)
+        },
+                   path,
+                   _use_new_zipfile_serialization=not legacy)
+        assert not marker.exists()
+        return path, marker
+
+    return write
+
+
 @pytest.fixture(params=[
     'bfloat16',
     pytest.param(

@@ -17,6 +17,8 @@ from mmengine.registry import METRICS, RUNNERS
 from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
+from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
+                              add_trust_argument, safe_checkpoint_loading)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
@@ -52,6 +54,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='test config file path')
     parser.add_argument(
         'checkpoint', help='checkpoint file, URL or scheme:// path')
+    add_trust_argument(parser)
     parser.add_argument('--work-dir', help='the dir to save evaluation logs')
     parser.add_argument(
         '--out', help='dump predictions to this pickle file (.pkl)')
@@ -177,10 +180,13 @@ def main() -> None:
     # SIGTERM / SIGUSR1 stop where they land: nothing here is worth saving
     STOP_SIGNALS.install(DEFAULT_STOP_SIGNALS)
     try:
-        evaluate(args)
+        with safe_checkpoint_loading(args.trust_checkpoint):
+            evaluate(args)
     except Preempted as stop:  # before any process group
         report_stop(stop, args.launcher)
         sys.exit(PREEMPTED_EXIT_CODE)
+    except (UnsafeCheckpointError, CheckpointLoadError) as error:
+        sys.exit(f'mmact: {error}')
 
 
 def evaluate(args: argparse.Namespace) -> None:

@@ -19,6 +19,8 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
+from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
+                              add_trust_argument, safe_checkpoint_loading)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          init_restarted_process_group, is_launcher_main,
@@ -57,6 +59,7 @@ def parse_args() -> argparse.Namespace:
         help='resume from this checkpoint, or without a path from the one '
         'last_checkpoint names (or else the newest complete one in the work '
         'dir)')
+    add_trust_argument(parser)
     parser.add_argument(
         '--force',
         action='store_true',
@@ -158,10 +161,13 @@ def main() -> None:
     cpu_distributed = False
     try:
         with work_dir_lock(cfg.work_dir) if is_launcher_main(
-                args.launcher) else nullcontext():
+                args.launcher) else nullcontext(), \
+                safe_checkpoint_loading(args.trust_checkpoint):
             cpu_distributed, stop = train(cfg, args)
     except Preempted as error:  # during the checks, before any training
         stop = error
+    except (UnsafeCheckpointError, CheckpointLoadError) as error:
+        sys.exit(f'mmact: {error}')
     if stop is not None:
         report_stop(stop, args.launcher)
     finish_run(cpu_distributed, 0 if stop is None else PREEMPTED_EXIT_CODE)
@@ -199,7 +205,7 @@ def train(cfg: Config,
             checkpoint = resume_checkpoint(cfg.work_dir)
         # Validate before the Runner starts writing into the work dir.
         if checkpoint is not None:
-            check_checkpoint(checkpoint)
+            check_checkpoint(checkpoint, resume=True)
         # nothing to resume: from scratch (mmengine would read
         # last_checkpoint again)
         cfg.resume = checkpoint is not None
@@ -208,7 +214,7 @@ def train(cfg: Config,
         if not (cfg.get('resume') or args.force):
             check_fresh_work_dir(cfg.work_dir)
         if cfg.get('load_from'):
-            check_checkpoint(cfg.load_from)
+            check_checkpoint(cfg.load_from, resume=bool(cfg.get('resume')))
 
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)

@@ -1,12 +1,15 @@
 """Command-line pieces shared by ``tools/analysis`` scripts."""
 import argparse
 import os.path as osp
+import sys
 from typing import Tuple
 
 import torch.nn as nn
 from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
 
+from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
+                              add_trust_argument, safe_checkpoint_loading)
 from mmact.utils.preflight import load_config
 from .model_data import load_model
 
@@ -29,6 +32,7 @@ def analysis_parser(description: str,
         'checkpoint',
         nargs='?',
         help='checkpoint; omitted: the freshly initialised model')
+    add_trust_argument(parser)
     parser.add_argument(
         '--out-dir',
         default=default_out,
@@ -62,7 +66,12 @@ def config_and_model(args: argparse.Namespace) -> Tuple[Config, nn.Module]:
     # init_weights logs every parameter at INFO; keep the tool's output to
     # its tables
     MMLogger.get_instance('mmact_analysis', log_level='WARNING')
-    model = load_model(cfg, args.checkpoint, args.device)
+    # the checkpoint, and any init_cfg Pretrained weights the model loads
+    try:
+        with safe_checkpoint_loading(args.trust_checkpoint):
+            model = load_model(cfg, args.checkpoint, args.device)
+    except (UnsafeCheckpointError, CheckpointLoadError) as error:
+        sys.exit(f'mmact: {error}')
     return cfg, model
 
 

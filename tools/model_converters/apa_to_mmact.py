@@ -4,6 +4,11 @@ Usage::
 
     python tools/model_converters/apa_to_mmact.py SRC DST [--backbone-only]
 
+SRC is a file or any URI mmengine loads (``https://...``); it is read through
+mmact's allow-list (``--trust-checkpoint SRC`` to unpickle a file you trust
+fully). A DST ending in ``.safetensors`` is written as safetensors weights
+(needs the safetensors package), anything else as a torch checkpoint.
+
 Classification checkpoints (``{'model': ...}``) become mmpretrain
 ``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``) and the inferred
 backbone config is printed (with ``lambda_min=1e-8`` where a lambda is below
@@ -585,8 +590,12 @@ def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('src', help='reference checkpoint (.pth)')
-    parser.add_argument('dst', help='output checkpoint for mmact')
+    parser.add_argument(
+        'src', help='reference checkpoint: a file or a URL (.pth)')
+    parser.add_argument(
+        'dst',
+        help='output checkpoint for mmact (.pth, or .safetensors for the '
+        'weights as safetensors)')
     parser.add_argument(
         '--backbone-only',
         action='store_true',
@@ -596,23 +605,37 @@ def parse_args(argv=None) -> argparse.Namespace:
         action='store_true',
         help='skip the key check against the inferred ActResNet (use when '
         'the activation types are not importable here)')
+    from mmact.checkpoint import add_trust_argument
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
     """Convert ``src`` and save it to ``dst``."""
     args = parse_args(argv)
+    from mmengine.runner import CheckpointLoader
+
     import mmact  # noqa: F401  (registers the activations for validation)
-    # Reference checkpoints were written by another training script and may
-    # pickle any of its objects beside the weights (arguments, optimizer),
-    # which weights-only loading refuses: convert only files you trust.
-    checkpoint = torch.load(args.src, map_location='cpu', weights_only=False)
+    from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
+                                  safe_checkpoint_loading, save_safetensors)
+    try:
+        with safe_checkpoint_loading(args.trust_checkpoint):
+            checkpoint = CheckpointLoader.load_checkpoint(
+                args.src, map_location='cpu')
+    except (UnsafeCheckpointError, CheckpointLoadError) as error:
+        sys.exit(f'mmact: {error}')
     converted, report = convert_apa_checkpoint(
         checkpoint,
         backbone_only=args.backbone_only,
         validate=not args.no_validate)
     Path(args.dst).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(converted, args.dst)
+    if args.dst.endswith('.safetensors'):
+        save_safetensors(
+            converted['state_dict'],
+            args.dst,
+            metadata=dict(converted['meta'], source=args.src))
+    else:
+        torch.save(converted, args.dst)
     print(f'{report["layout"]} checkpoint: {report["num_keys"]} keys -> '
           f'{args.dst}')
     print(f'backbone config: {report["backbone_cfg"]}')

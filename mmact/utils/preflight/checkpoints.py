@@ -19,6 +19,8 @@ import torch
 from mmengine.config import Config
 from mmengine.runner import CheckpointLoader
 
+from ...checkpoint import is_safetensors
+
 __all__ = [
     'is_remote_checkpoint', 'check_checkpoint', 'missing_pretrained_paths',
     'check_pretrained_paths'
@@ -114,26 +116,37 @@ def _legacy_problem(path: str) -> Optional[str]:
     return None
 
 
-def check_checkpoint(path: str) -> None:
+def check_checkpoint(path: str, resume: bool = False) -> None:
     """Make sure a checkpoint file is complete before anything loads it.
 
     Remote checkpoints are left to mmengine, which fetches and checks them.
     A local file must be a complete zip archive (torch >= 1.6; a truncated
-    download loses the central directory, a corrupt one fails the CRC) or a
-    complete legacy torch pickle.
+    download loses the central directory, a corrupt one fails the CRC), a
+    complete legacy torch pickle, or safetensors weights.
 
     Args:
         path (str): Checkpoint path or URI.
+        resume (bool): The run resumes from it, which needs the full state a
+            training run writes (safetensors hold weights only).
 
     Raises:
         FileNotFoundError: The local file does not exist.
-        ValueError: The file is truncated, corrupt or not a checkpoint.
+        ValueError: The file is truncated, corrupt or not a checkpoint, or
+            weights only where a resume needs the full state.
     """
     if is_remote_checkpoint(path):
         return
     if not osp.isfile(osp.expanduser(path)):
         raise FileNotFoundError(f'Checkpoint {path!r} does not exist.')
     path = osp.expanduser(path)
+    if is_safetensors(path):
+        if resume:
+            raise ValueError(
+                f'Checkpoint {path!r} holds weights only (safetensors): a '
+                'resume needs the checkpoint a training run wrote (optimizer, '
+                'schedulers, iteration). To start from these weights, use '
+                'load_from without resume.')
+        return
     if not zipfile.is_zipfile(path):
         problem = _legacy_problem(path)
         if problem is not None:
