@@ -18,6 +18,7 @@ import os
 import os.path as osp
 import pickle
 import threading
+import urllib.error
 import zipfile
 from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Union
 
@@ -268,6 +269,10 @@ class _Guard:
             token = self.source.set(filename)
             try:
                 return loader(filename, *args, **kwargs)
+            except urllib.error.URLError as error:
+                raise CheckpointLoadError(
+                    f'checkpoint {filename!r} cannot be downloaded: '
+                    f'{error}') from error
             finally:
                 self.source.reset(token)
 
