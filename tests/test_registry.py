@@ -34,11 +34,13 @@ import mmpretrain.registry as cls
 assert det.HOOKS.get('GOLFrequencyHook') is not None
 with DefaultScope.overwrite_default_scope('mmdet'):
     backbone = MODELS.build(dict(type='ActResNet', depth=18))
-assert type(backbone).__name__ == 'ActResNet'
+assert type(backbone) is det.MODELS.get('ActResNet')  # mmdet's face
 assert 'mmact.models.backbones' in sys.modules
 assert det.MODELS.get('GOLLoss') is cls.MODELS.get('mmdet.GOLLoss')
 assert cls.MODELS.get('PCSoftmaxArcFaceClsHead') is not None
-assert cls.MODELS.get('ActResNet') is det.MODELS.get('ActResNet')
+# one name per registry, each with that registry's contract
+assert cls.MODELS.get('ActResNet').__name__ == 'ActResNet'
+assert det.MODELS.get('ActResNet').__name__ == 'DetActResNet'
 print('ok')
 ''')
     assert out.strip().endswith('ok')

@@ -128,6 +128,17 @@ def recompute_act(act: nn.Module,
                               *act.parameters())
 
 
+def _refuse_single_value(x: Tensor) -> None:
+    """What ``F.batch_norm`` refuses with batch statistics, with its message:
+    ``torch.native_batch_norm`` itself returns a near-constant output."""
+    values = x.size(0)
+    for size in x.shape[2:]:
+        values *= size
+    if values == 1:
+        raise ValueError('Expected more than 1 value per channel when '
+                         f'training, got input size {x.size()}')
+
+
 def bn_with_affine(
         bn: nn.Module,
         x: Tensor) -> Tuple[Tensor, Optional[Tuple[Tensor, Tensor]]]:
@@ -158,6 +169,7 @@ def bn_with_affine(
             factor = (1.0 / float(bn.num_batches_tracked)
                       if bn.momentum is None else bn.momentum)
         update = bn.training and bn.track_running_stats
+        _refuse_single_value(x)
         out, mean, invstd = torch.native_batch_norm(
             x, bn.weight, bn.bias, bn.running_mean if update else None,
             bn.running_var if update else None, True, factor, bn.eps)
@@ -239,6 +251,7 @@ def residual_act(block: nn.Module, act: nn.Module, norm: nn.Module,
 
 def can_fuse_residual(block: nn.Module) -> bool:
     """Whether :func:`residual_act` applies (no drop path, attention with
-    ``weights``)."""
-    return isinstance(block.drop_path, nn.Identity) and (
+    ``weights``); mmdet's blocks have no ``drop_path`` at all."""
+    drop_path = getattr(block, 'drop_path', None)
+    return (drop_path is None or isinstance(drop_path, nn.Identity)) and (
         block.attn is None or callable(getattr(block.attn, 'weights', None)))

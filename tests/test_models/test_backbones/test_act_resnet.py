@@ -175,8 +175,17 @@ def test_bad_arguments_name_values():
 def test_registered_in_mmdet_and_mmpretrain():
     from mmdet.registry import MODELS as DET
     from mmpretrain.registry import MODELS as CLS
-    assert DET.get('ActResNet') is ActResNet is CLS.get('ActResNet')
-    assert DET.get('ActResNeXt') is ActResNeXt is CLS.get('ActResNeXt')
+
+    from mmact.models.backbones import (ActResNetV1d, DetActResNet,
+                                        DetActResNetV1d, DetActResNeXt)
+
+    # each registry's name holds the face with that registry's contract
+    assert CLS.get('ActResNet') is ActResNet
+    assert CLS.get('ActResNetV1d') is ActResNetV1d
+    assert CLS.get('ActResNeXt') is ActResNeXt
+    assert DET.get('ActResNet') is DetActResNet
+    assert DET.get('ActResNetV1d') is DetActResNetV1d
+    assert DET.get('ActResNeXt') is DetActResNeXt
     from mmengine.registry import DefaultScope
     with DefaultScope.overwrite_default_scope('mmdet'):
         model = DET.build(
