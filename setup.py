@@ -80,6 +80,8 @@ setup(
         'all': parse_requirements('requirements.txt'),
         'mim': parse_requirements('requirements/mminstall.txt'),
         'optional': parse_requirements('requirements/optional.txt'),
+        # .safetensors weights (mmact.checkpoint): optional, no hard requirement
+        'safetensors': ['safetensors'],
         'tests': parse_requirements('requirements/tests.txt'),
     },
     zip_safe=False,

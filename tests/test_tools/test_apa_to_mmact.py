@@ -406,3 +406,60 @@ def test_imagenet_lt_resnext_matches_its_long_tailed_config():
                                 '8xb32-coslr-200e_in1k-lt.py')
     assert torch.equal(converted['state_dict']['head.fc.weight'],
                        ref['fc.weight'])
+
+
+def _reference_release(model: torch.nn.Module) -> dict:
+    """Everything the reference classification script saves beside the
+    weights (their classification/train.py, torchvision's recipe): the
+    optimizer, the warm-up + cosine schedule, the epoch, its
+    ``argparse.Namespace``, the AMP scaler and the EMA model."""
+    import argparse
+
+    from torch.optim.lr_scheduler import (CosineAnnealingLR, LinearLR,
+                                          SequentialLR)
+    from torch.optim.swa_utils import AveragedModel
+    fc = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(fc.parameters(), lr=0.1, momentum=0.9)
+    fc(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    schedule = SequentialLR(
+        optimizer, [LinearLR(optimizer), CosineAnnealingLR(optimizer, 10)],
+        milestones=[5])
+    return {
+        'model': reference_layout(model),
+        'optimizer': optimizer.state_dict(),
+        'lr_scheduler': schedule.state_dict(),
+        'epoch': 99,
+        'args': argparse.Namespace(
+            model='resnet50', lr=0.5, weights=None, output_dir='.', amp=True),
+        'scaler': {'scale': 65536.0, 'growth_factor': 2.0,
+                   'backoff_factor': 0.5, 'growth_interval': 2000,
+                   '_growth_tracker': 0},
+        'model_ema': AveragedModel(fc).state_dict(),
+    }
+
+
+@pytest.mark.parametrize('legacy', [False, True], ids=['zip', 'legacy'])
+def test_reference_release_converts_through_the_allow_list_to_safetensors(
+        tmp_path, legacy):
+    """A release file of the reference script, in either torch format,
+    converts without trusting it, and its safetensors output initialises
+    the backbone strictly through mmengine's loader."""
+    from mmengine.runner import load_checkpoint
+
+    from mmact.checkpoint import load_safetensors, safe_checkpoint_loading
+    model = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
+    src, dst = tmp_path / 'release.pth', tmp_path / 'r50.safetensors'
+    torch.save(_reference_release(model), src,
+               _use_new_zipfile_serialization=not legacy)
+    apa_to_mmact.main([str(src), str(dst), '--backbone-only'])
+    weights = load_safetensors(dst)
+    assert all(key.startswith('backbone.') for key in weights)
+    fresh = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
+    with safe_checkpoint_loading():
+        load_checkpoint(fresh, str(dst), strict=True,
+                        revise_keys=[(r'^backbone\.', '')])
+    expected = convert_apa_checkpoint(torch.load(src, weights_only=False),
+                                      backbone_only=True)[0]['state_dict']
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, expected[f'backbone.{key}']), key

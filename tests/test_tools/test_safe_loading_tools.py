@@ -146,3 +146,22 @@ def test_trust_flag_is_the_opt_out(cwd, crafted_checkpoint):
     run(cwd, REPO / 'tools/test.py', TINY, path, '--work-dir', cwd / 'test',
         '--trust-checkpoint', path)
     assert marker.exists()
+
+
+def test_safetensors_weights_test_and_refuse_a_resume(cwd, tmp_path):
+    """tools/test.py reads safetensors weights; --resume refuses them (a
+    resume needs the state a training run wrote)."""
+    from mmengine.config import Config
+    from mmpretrain.registry import MODELS
+
+    from mmact.checkpoint import save_safetensors
+    model = MODELS.build(Config.fromfile(TINY).model)
+    path = tmp_path / 'weights.safetensors'
+    save_safetensors(model.state_dict(), path)
+    result = run(cwd, REPO / 'tools/test.py', TINY, path, '--work-dir',
+                 tmp_path / 'test')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'accuracy/top1' in result.stdout + result.stderr
+    result = train(cwd, tmp_path, '--resume', path)
+    assert result.returncode != 0
+    assert 'holds weights only (safetensors)' in result.stderr
