@@ -42,13 +42,14 @@ __all__ = [
 # as getattr(HistoryBuffer, name).
 HISTORY_STATISTICS = ('min', 'max', 'current', 'mean')
 
-_REBUILD_FUNCTIONS = (
-    '_rebuild_tensor', '_rebuild_tensor_v2', '_rebuild_tensor_v3',
-    '_rebuild_parameter', '_rebuild_parameter_with_state', '_rebuild_qtensor',
-    '_rebuild_sparse_tensor', '_rebuild_meta_tensor_no_storage',
-    '_rebuild_nested_tensor', '_rebuild_wrapper_subclass',
-    '_rebuild_device_tensor_from_numpy',
-    '_rebuild_device_tensor_from_cpu_tensor')
+_REBUILD_FUNCTIONS = ('_rebuild_tensor', '_rebuild_tensor_v2',
+                      '_rebuild_tensor_v3', '_rebuild_parameter',
+                      '_rebuild_parameter_with_state', '_rebuild_qtensor',
+                      '_rebuild_sparse_tensor',
+                      '_rebuild_meta_tensor_no_storage',
+                      '_rebuild_nested_tensor', '_rebuild_wrapper_subclass',
+                      '_rebuild_device_tensor_from_numpy',
+                      '_rebuild_device_tensor_from_cpu_tensor')
 
 
 class RefusedGlobal(pickle.UnpicklingError):
@@ -96,8 +97,7 @@ def _torch_entries() -> Iterator[Tuple[str, Any]]:
     yield 'torch.device', torch.device
     yield 'torch.serialization._get_layout', torch.serialization._get_layout
     yield 'torch.torch_version.TorchVersion', type(torch.__version__)
-    constants = (torch.dtype, torch.layout, torch.memory_format,
-                 torch.qscheme)
+    constants = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme)
     for name in dir(torch):
         if isinstance(getattr(torch, name), constants):
             yield f'torch.{name}', getattr(torch, name)

@@ -30,8 +30,8 @@ from .allow_list import RefusedGlobal
 from .safetensors_io import is_safetensors, load_safetensors
 
 __all__ = [
-    'TRUST_FLAG', 'UnsafeCheckpointError', 'CheckpointLoadError',
-    'safe_load', 'safe_checkpoint_loading', 'add_trust_argument'
+    'TRUST_FLAG', 'UnsafeCheckpointError', 'CheckpointLoadError', 'safe_load',
+    'safe_checkpoint_loading', 'add_trust_argument'
 ]
 
 #: The tools' command-line opt-out, one trusted file or URL per use.
@@ -156,8 +156,9 @@ def _is_torchscript(f: FileLike) -> bool:
     finally:
         if position is not None:
             f.seek(position)
-    return any(name.count('/') == 1 and name.endswith('/constants.pkl')
-               for name in names)
+    return any(
+        name.count('/') == 1 and name.endswith('/constants.pkl')
+        for name in names)
 
 
 def safe_load(f: FileLike,
@@ -207,10 +208,7 @@ def safe_load(f: FileLike,
             _refusal(f, source, 'torch.jit.load (a TorchScript archive)'))
     try:
         return _TORCH_LOAD(
-            f,
-            pickle_module=restricted_pickle,
-            weights_only=False,
-            **options)
+            f, pickle_module=restricted_pickle, weights_only=False, **options)
     except RefusedGlobal as refused:
         raise UnsafeCheckpointError(_refusal(f, source,
                                              refused.name)) from None
@@ -232,8 +230,8 @@ class _Guard:
         self.lock = threading.Lock()
         self.trusted: List[frozenset] = []  # one set per open context
         self.schemes: dict = {}  # prefix -> mmengine's loader
-        self.source = contextvars.ContextVar('mmact_checkpoint_source',
-                                             default=None)
+        self.source = contextvars.ContextVar(
+            'mmact_checkpoint_source', default=None)
 
     def is_trusted(self, f: FileLike, source: Optional[str]) -> bool:
         names = {_normalise(source)} if source else set()
@@ -296,8 +294,8 @@ _GUARD = _Guard()
 
 
 @contextlib.contextmanager
-def safe_checkpoint_loading(
-        trusted: Iterable[Union[str, os.PathLike]] = ()) -> Iterator[None]:
+def safe_checkpoint_loading(trusted: Iterable[Union[str, os.PathLike]] = (
+)) -> Iterator[None]:
     """Route every ``torch.load`` of the process through :func:`safe_load`.
 
     Covers mmengine's ``CheckpointLoader`` with every registered scheme

@@ -50,21 +50,23 @@ def test_crafted_checkpoint_is_refused_before_it_runs(crafted_checkpoint,
     assert marker.exists()
 
 
-@pytest.mark.parametrize(
-    'payload, refused',
-    [(_Calls(builtins.eval, '1'), 'builtins.eval'),
-     (_Calls(builtins.exec, 'pass'), 'builtins.exec'),
-     (_Calls(subprocess.Popen, ['true']), 'subprocess.Popen'),
-     (_Calls(os.remove, '/nonexistent'), 'posix.remove'),
-     (_Calls(getattr, np.ndarray, 'tofile'), "getattr(<class 'numpy.ndarray'>, 'tofile')"),
-     (_Calls(getattr, HistoryBuffer, 'update'), "getattr(<class 'mmengine.logging.history_buffer.HistoryBuffer'>, 'update')"),
-     (_Calls(torch.hub.load, 'x/y', 'z'), 'torch.hub.load'),
-     (_Calls(np.load, 'x.npy'), 'numpy.load')])
+@pytest.mark.parametrize('payload, refused', [
+    (_Calls(builtins.eval, '1'), 'builtins.eval'),
+    (_Calls(builtins.exec, 'pass'), 'builtins.exec'),
+    (_Calls(subprocess.Popen, ['true']), 'subprocess.Popen'),
+    (_Calls(os.remove, '/nonexistent'), 'posix.remove'),
+    (_Calls(getattr, np.ndarray,
+            'tofile'), "getattr(<class 'numpy.ndarray'>, 'tofile')"),
+    (_Calls(getattr, HistoryBuffer, 'update'),
+     "getattr(<class 'mmengine.logging.history_buffer.HistoryBuffer'>, 'update')"
+     ), (_Calls(torch.hub.load, 'x/y', 'z'), 'torch.hub.load'),
+    (_Calls(np.load, 'x.npy'), 'numpy.load')
+])
 def test_every_global_outside_the_list_is_refused(tmp_path, payload, refused):
     path = tmp_path / 'payload.pth'
     torch.save({'w': torch.ones(1), 'x': payload}, path)
-    with pytest.raises(UnsafeCheckpointError,
-                       match=re.escape(f'needs {refused}, ')):
+    with pytest.raises(
+            UnsafeCheckpointError, match=re.escape(f'needs {refused}, ')):
         safe_load(path)
 
 
@@ -96,41 +98,40 @@ def _all_kinds() -> dict:
             b=torch.tensor([True]),
             strided=torch.randn(4, 4)[:, ::2],
             param=torch.nn.Parameter(torch.ones(2))),
-        'numpy': [np.arange(3), np.float64(0.5), np.int64(3), np.float32(1)],
-        'numpy_state': np.random.get_state(),
-        'python': [{1, 2}, frozenset([3]), b'bytes', b'', bytearray(b'x'),
-                   1 + 2j, slice(1, 2), range(3), (1, 'a', None, True)],
-        'torch': [torch.float16, torch.device('cpu'), torch.Size([2]),
-                  torch.__version__],
-        'history': buffer,
-        'args': argparse.Namespace(lr=0.1, device='cuda', weights=None),
-        'counter': collections.Counter('aab'),
-        'rng': torch.get_rng_state(),
+        'numpy': [np.arange(3),
+                  np.float64(0.5),
+                  np.int64(3),
+                  np.float32(1)],
+        'numpy_state':
+        np.random.get_state(),
+        'python': [{1, 2},
+                   frozenset([3]), b'bytes', b'',
+                   bytearray(b'x'), 1 + 2j,
+                   slice(1, 2),
+                   range(3), (1, 'a', None, True)],
+        'torch': [
+            torch.float16,
+            torch.device('cpu'),
+            torch.Size([2]), torch.__version__
+        ],
+        'history':
+        buffer,
+        'args':
+        argparse.Namespace(lr=0.1, device='cuda', weights=None),
+        'counter':
+        collections.Counter('aab'),
+        'rng':
+        torch.get_rng_state(),
     }
 
 
-def _same(a, b) -> bool:
-    if torch.is_tensor(a):
-        return type(a) is type(b) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and np.array_equal(a, b)
-    if isinstance(a, HistoryBuffer):
-        return a.mean() == b.mean() and a.current() == b.current()
-    if isinstance(a, dict):
-        return type(a) is type(b) and a.keys() == b.keys() and all(
-            _same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(map(_same, a, b))
-    return type(a) is type(b) and a == b
-
-
 @pytest.mark.parametrize('legacy', [False, True], ids=['zip', 'legacy'])
-def test_everything_admitted_loads_as_torch_loads_it(tmp_path, legacy):
+def test_everything_admitted_loads_as_torch_loads_it(tmp_path, legacy, same):
     path, kinds = tmp_path / 'kinds.pth', _all_kinds()
     torch.save(kinds, path, _use_new_zipfile_serialization=not legacy)
     ours = safe_load(path, map_location='cpu')
     theirs = torch.load(path, map_location='cpu', weights_only=False)
-    assert _same(ours, theirs) and _same(ours, kinds)
+    assert same(ours, theirs) and same(ours, kinds)
     assert ours['history'].mean() == 0.5  # its statistics methods work
 
 
@@ -164,8 +165,8 @@ def _bad_files(tmp_path, crafted_checkpoint):
                  'it is an HTML page'),
         'truncated zip': (data[:len(data) // 2], 'zip archive that is '
                           'truncated or corrupt'),
-        'truncated legacy': (legacy.read_bytes()[:40],
-                             'pickle that is truncated or corrupt'),
+        'truncated legacy':
+        (legacy.read_bytes()[:40], 'pickle that is truncated or corrupt'),
     }
     for name, (content, _) in files.items():
         (tmp_path / name).write_bytes(content)

@@ -40,8 +40,8 @@ def test_round_trip_with_metadata(tmp_path, weights):
 def test_recognised_by_header_not_name(tmp_path, weights):
     path = tmp_path / 'weights.pth'  # a safetensors file under a .pth name
     save_safetensors(weights, path)
-    assert is_safetensors(path) and is_safetensors(io.BytesIO(
-        path.read_bytes()))
+    assert is_safetensors(path) and is_safetensors(
+        io.BytesIO(path.read_bytes()))
     assert _equal(safe_load(path), weights)
     assert _equal(safe_load(io.BytesIO(path.read_bytes())), weights)
     torch.save(weights, tmp_path / 'torch.pth')

@@ -163,8 +163,7 @@ def test_missing_url_is_named(server):
         f"checkpoint '{url}/absent.pth' cannot be downloaded: HTTP Error 404")
 
 
-def test_runner_load_from_and_resume_are_guarded(tmp_path,
-                                                 crafted_checkpoint):
+def test_runner_load_from_and_resume_are_guarded(tmp_path, crafted_checkpoint):
     tiny_runner(tmp_path / 'first', max_epochs=1).train()
     good = tmp_path / 'first' / 'epoch_1.pth'
     path, marker = crafted_checkpoint()

@@ -86,8 +86,8 @@ def main(argv=None) -> dict:
     bench_utils.print_table(
         f'ResNet-50 state dict ({size:.0f} MiB, {layout}), warm cache, '
         f'{args.repeats} rounds; target safe_load <= {TARGET}x',
-        ['load', 'ms: median [min-max]', 'x baseline: median [min-max]'],
-        rows, args.threads)
+        ['load', 'ms: median [min-max]', 'x baseline: median [min-max]'], rows,
+        args.threads)
     return ratios
 
 

@@ -66,38 +66,43 @@ CONVERTER = 'tools/model_converters/apa_to_mmact.py'
 _BN = r'(weight|bias|running_mean|running_var|num_batches_tracked)'
 _ACT = r'(lambda_param|kappa_param)'
 # (source pattern, target template) for backbone-relative keys.
-_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
-    (r'^conv1\.weight$', r'conv1.weight'),
-    (rf'^bn1\.{_BN}$', r'bn1.\1'),
-    (rf'^relu\.{_ACT}$', r'relu.\1'),
-    (r'^layer(\d+)\.(\d+)\.conv([123])\.weight$', r'layer\1.\2.conv\3.weight'),
-    (rf'^layer(\d+)\.(\d+)\.bn([123])\.{_BN}$', r'layer\1.\2.bn\3.\4'),
-    (rf'^layer(\d+)\.(\d+)\.unirect([123])\.{_ACT}$', r'layer\1.\2.act\3.\4'),
-    (r'^layer(\d+)\.(\d+)\.downsample\.([01])\.' + _BN + '$',
-     r'layer\1.\2.downsample.\3.\4'),
-    (r'^layer(\d+)\.(\d+)\.se\.norm\.(weight|bias)$',
-     r'layer\1.\2.attn.norm.\3'),
-    (r'^layer(\d+)\.(\d+)\.se\.excitation\.0\.(weight|bias)$',
-     r'layer\1.\2.attn.fc1.\3'),
-    (r'^layer(\d+)\.(\d+)\.se\.excitation\.2\.(weight|bias)$',
-     r'layer\1.\2.attn.fc2.\3'),
-    (rf'^layer(\d+)\.(\d+)\.se\.uniact\.{_ACT}$', r'layer\1.\2.attn.gate.\3'),
-    # CBAM (their classification/cbam.py) -> APACBAMAttention
-    (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.norm\.(weight|bias)$',
-     r'layer\1.\2.attn.channel_norm.\3'),
-    (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.mlp\.1\.(weight|bias)$',
-     r'layer\1.\2.attn.channel_mlp.0.\3'),
-    (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.mlp\.3\.(weight|bias)$',
-     r'layer\1.\2.attn.channel_mlp.2.\3'),
-    (rf'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.uniact\.{_ACT}$',
-     r'layer\1.\2.attn.channel_gate.\3'),
-    (r'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.spatial\.conv\.weight$',
-     r'layer\1.\2.attn.spatial_conv.weight'),
-    (rf'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.spatial\.bn\.{_BN}$',
-     r'layer\1.\2.attn.spatial_norm.\3'),
-    (rf'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.uniact\.{_ACT}$',
-     r'layer\1.\2.attn.spatial_gate.\3'),
-]]
+_RULES: List[Tuple[re.Pattern, str]] = [
+    (re.compile(p), t) for p, t in [
+        (r'^conv1\.weight$', r'conv1.weight'),
+        (rf'^bn1\.{_BN}$', r'bn1.\1'),
+        (rf'^relu\.{_ACT}$', r'relu.\1'),
+        (r'^layer(\d+)\.(\d+)\.conv([123])\.weight$',
+         r'layer\1.\2.conv\3.weight'),
+        (rf'^layer(\d+)\.(\d+)\.bn([123])\.{_BN}$', r'layer\1.\2.bn\3.\4'),
+        (rf'^layer(\d+)\.(\d+)\.unirect([123])\.{_ACT}$',
+         r'layer\1.\2.act\3.\4'),
+        (r'^layer(\d+)\.(\d+)\.downsample\.([01])\.' + _BN + '$',
+         r'layer\1.\2.downsample.\3.\4'),
+        (r'^layer(\d+)\.(\d+)\.se\.norm\.(weight|bias)$',
+         r'layer\1.\2.attn.norm.\3'),
+        (r'^layer(\d+)\.(\d+)\.se\.excitation\.0\.(weight|bias)$',
+         r'layer\1.\2.attn.fc1.\3'),
+        (r'^layer(\d+)\.(\d+)\.se\.excitation\.2\.(weight|bias)$',
+         r'layer\1.\2.attn.fc2.\3'),
+        (rf'^layer(\d+)\.(\d+)\.se\.uniact\.{_ACT}$',
+         r'layer\1.\2.attn.gate.\3'),
+        # CBAM (their classification/cbam.py) -> APACBAMAttention
+        (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.norm\.(weight|bias)$',
+         r'layer\1.\2.attn.channel_norm.\3'),
+        (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.mlp\.1\.(weight|bias)$',
+         r'layer\1.\2.attn.channel_mlp.0.\3'),
+        (r'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.mlp\.3\.(weight|bias)$',
+         r'layer\1.\2.attn.channel_mlp.2.\3'),
+        (rf'^layer(\d+)\.(\d+)\.cbam\.ChannelGate\.uniact\.{_ACT}$',
+         r'layer\1.\2.attn.channel_gate.\3'),
+        (r'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.spatial\.conv\.weight$',
+         r'layer\1.\2.attn.spatial_conv.weight'),
+        (rf'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.spatial\.bn\.{_BN}$',
+         r'layer\1.\2.attn.spatial_norm.\3'),
+        (rf'^layer(\d+)\.(\d+)\.cbam\.SpatialGate\.uniact\.{_ACT}$',
+         r'layer\1.\2.attn.spatial_gate.\3'),
+    ]
+]
 _DEPTHS = {
     ((2, 2, 2, 2), False): 18,
     ((3, 4, 6, 3), False): 34,
@@ -106,37 +111,39 @@ _DEPTHS = {
     ((3, 8, 36, 3), True): 152,
 }
 
-
 # (source pattern, target template) for the detector's other parts: the
 # authors' mmdet fork keeps mmdet's names, except the learned scale of the
 # normalised mask predictor (their ``NormedConv2d(learnable_temp=True)``
 # stores ``tempearture``, shape (); mmact's LearnableNormedConv2d stores
 # ``scale_root``, shape (1,), with the same meaning: scale = root ** 2).
-_HEAD_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p), t) for p, t in [
-    (r'^neck\.(lateral|fpn)_convs\.(\d+)\.conv\.(weight|bias)$',
-     r'neck.\1_convs.\2.conv.\3'),
-    (r'^rpn_head\.rpn_(conv|cls|reg)\.(weight|bias)$',
-     r'rpn_head.rpn_\1.\2'),
-    (r'^roi_head\.bbox_head\.(\d+\.)?(shared_fcs\.\d+|fc_cls|fc_reg)\.'
-     r'(weight|bias)$', r'roi_head.bbox_head.\1\2.\3'),
-    # their V3Det wrapped Cauchy classifier (WCLinear: g, s_) ->
-    # mmact WrappedCauchyLinear
-    (r'^roi_head\.bbox_head\.(\d+\.)?fc_cls\.g$',
-     r'roi_head.bbox_head.\1fc_cls.concentration_logit'),
-    (r'^roi_head\.bbox_head\.(\d+\.)?fc_cls\.s_$',
-     r'roi_head.bbox_head.\1fc_cls.scale'),
-    (r'^roi_head\.mask_head\.convs\.(\d+)\.conv\.(weight|bias)$',
-     r'roi_head.mask_head.convs.\1.conv.\2'),
-    # deconv, or CARAFE (mmcv CARAFEPack / mmact CARAFEUpsample keys)
-    (r'^roi_head\.mask_head\.upsample\.(weight|bias)$',
-     r'roi_head.mask_head.upsample.\1'),
-    (r'^roi_head\.mask_head\.upsample\.(channel_compressor|'
-     r'content_encoder)\.(weight|bias)$', r'roi_head.mask_head.upsample.\1.\2'),
-    (r'^roi_head\.mask_head\.conv_logits\.(weight|bias)$',
-     r'roi_head.mask_head.conv_logits.\1'),
-    (r'^roi_head\.mask_head\.conv_logits\.tempearture$',
-     r'roi_head.mask_head.conv_logits.scale_root'),
-]]
+_HEAD_RULES: List[Tuple[re.Pattern, str]] = [
+    (re.compile(p), t) for p, t in [
+        (r'^neck\.(lateral|fpn)_convs\.(\d+)\.conv\.(weight|bias)$',
+         r'neck.\1_convs.\2.conv.\3'),
+        (r'^rpn_head\.rpn_(conv|cls|reg)\.(weight|bias)$',
+         r'rpn_head.rpn_\1.\2'),
+        (r'^roi_head\.bbox_head\.(\d+\.)?(shared_fcs\.\d+|fc_cls|fc_reg)\.'
+         r'(weight|bias)$', r'roi_head.bbox_head.\1\2.\3'),
+        # their V3Det wrapped Cauchy classifier (WCLinear: g, s_) ->
+        # mmact WrappedCauchyLinear
+        (r'^roi_head\.bbox_head\.(\d+\.)?fc_cls\.g$',
+         r'roi_head.bbox_head.\1fc_cls.concentration_logit'),
+        (r'^roi_head\.bbox_head\.(\d+\.)?fc_cls\.s_$',
+         r'roi_head.bbox_head.\1fc_cls.scale'),
+        (r'^roi_head\.mask_head\.convs\.(\d+)\.conv\.(weight|bias)$',
+         r'roi_head.mask_head.convs.\1.conv.\2'),
+        # deconv, or CARAFE (mmcv CARAFEPack / mmact CARAFEUpsample keys)
+        (r'^roi_head\.mask_head\.upsample\.(weight|bias)$',
+         r'roi_head.mask_head.upsample.\1'),
+        (r'^roi_head\.mask_head\.upsample\.(channel_compressor|'
+         r'content_encoder)\.(weight|bias)$',
+         r'roi_head.mask_head.upsample.\1.\2'),
+        (r'^roi_head\.mask_head\.conv_logits\.(weight|bias)$',
+         r'roi_head.mask_head.conv_logits.\1'),
+        (r'^roi_head\.mask_head\.conv_logits\.tempearture$',
+         r'roi_head.mask_head.conv_logits.scale_root'),
+    ]
+]
 # Classifier outputs of the authors' released detectors: LVIS v1 Mask R-CNN
 # (GOL: one per category, no background), V3Det Faster / Cascade R-CNN
 # (softmax: 13204 categories + background).
@@ -241,7 +248,9 @@ def infer_backbone_config(state_dict: Dict[str, torch.Tensor]) -> dict:
                 gate_cfg=dict(type='APA') if apa_gate else dict(
                     type='Sigmoid'))
         cfg['attention_cfg'] = attention
-    cbam_keys = [k for k in state_dict if '.cbam.ChannelGate.mlp.1.weight' in k]
+    cbam_keys = [
+        k for k in state_dict if '.cbam.ChannelGate.mlp.1.weight' in k
+    ]
     if cbam_keys:
         if se_keys or len(cbam_keys) != sum(stage_blocks):
             raise ValueError(f'CBAM found in {len(cbam_keys)} of '
@@ -251,9 +260,9 @@ def infer_backbone_config(state_dict: Dict[str, torch.Tensor]) -> dict:
         weight = state_dict['layer1.0.cbam.ChannelGate.mlp.1.weight']
 
         def gate(part: str) -> dict:
-            return dict(type='APA') if (
-                f'layer1.0.cbam.{part}.uniact.kappa_param'
-                in state_dict) else dict(type='Sigmoid')
+            return dict(
+                type='APA') if (f'layer1.0.cbam.{part}.uniact.kappa_param'
+                                in state_dict) else dict(type='Sigmoid')
 
         # their ChannelGate always has the LayerNorm and Dropout(0.1)
         cfg['attention_cfg'] = dict(
@@ -457,11 +466,11 @@ def _set_lambda_min(cfg: dict, backbone: Dict[str, torch.Tensor]) -> None:
     model needs ``lambda_min=1e-8`` to compute their outputs."""
     lambdas = [
         v for k, v in backbone.items()
-        if k.endswith('lambda_param') and '.se.' not in k and
-        '.cbam.' not in k  # their gates floor at 1e-4, as mmact's
+        if k.endswith('lambda_param') and '.se.' not in k
+        and '.cbam.' not in k  # their gates floor at 1e-4, as mmact's
     ]
-    if 'act_cfg' in cfg and lambdas and min(
-            float(v.min()) for v in lambdas) < 1e-4:
+    if 'act_cfg' in cfg and lambdas and min(float(v.min())
+                                            for v in lambdas) < 1e-4:
         cfg['act_cfg'] = dict(cfg['act_cfg'], lambda_min=1e-8)
 
 
@@ -520,9 +529,12 @@ def matching_classifier_config(state_dict: Dict[str, torch.Tensor],
     gates = (attention.get('channel_gate_cfg', {}).get('type'),
              attention.get('spatial_gate_cfg', {}).get('type'))
     variant = {
-        ('AGLU', 'APASELayer'): 'apase-aglu',
-        (None, 'SEAttention'): 'se-relu',
-        ('AGLU', 'APACBAMAttention'): 'apacbam-aglu'
+        ('AGLU', 'APASELayer'):
+        'apase-aglu',
+        (None, 'SEAttention'):
+        'se-relu',
+        ('AGLU', 'APACBAMAttention'):
+        'apacbam-aglu'
         if gates == ('APA', 'APA') and attention.get('use_norm') else None,
     }.get((act, attention.get('type')))
     fc = state_dict.get('head.fc.weight')
@@ -640,7 +652,8 @@ def main(argv=None) -> None:
           f'{args.dst}')
     print(f'backbone config: {report["backbone_cfg"]}')
     if report['config']:
-        lambda_min = report['backbone_cfg'].get('act_cfg', {}).get('lambda_min')
+        lambda_min = report['backbone_cfg'].get('act_cfg',
+                                                {}).get('lambda_min')
         options = '' if lambda_min is None else (
             ' --cfg-options model.backbone.act_cfg.lambda_min='
             f'{lambda_min:g}')
