@@ -54,14 +54,15 @@ def crafted_checkpoint(tmp_path) -> Callable[..., Tuple[Path, Path]]:
     def write(name: str = 'crafted.pth',
               legacy: bool = False) -> Tuple[Path, Path]:
         path, marker = tmp_path / name, tmp_path / f'{name}.ran'
-        torch.save({
-            'state_dict': {
-                'w': torch.ones(2)
+        torch.save(
+            {
+                'state_dict': {
+                    'w': torch.ones(2)
+                },
+                'meta': _RunsCode(marker)
             },
-            'meta': _RunsCode(marker)
-        },
-                   path,
-                   _use_new_zipfile_serialization=not legacy)
+            path,
+            _use_new_zipfile_serialization=not legacy)
         assert not marker.exists()
         return path, marker
 
@@ -123,6 +124,20 @@ def tiny_cls_root(toy_data_root) -> str:
         imbalance=2,
         max_per_class=8,
         num_val_per_class=2)
+
+
+@pytest.fixture(scope='session')
+def with_tiny_cls_data(tiny_cls_root) -> Callable[[Path], Path]:
+    """``with_tiny_cls_data(folder)`` gives ``folder`` the ``data/toy_cls``
+    the tiny-cls configs read (a link to :func:`tiny_cls_root`), as a
+    user's checkout has, and returns it."""
+
+    def link(folder: Path) -> Path:
+        (folder / 'data').mkdir()
+        (folder / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
+        return folder
+
+    return link
 
 
 def pytest_collection_modifyitems(config: pytest.Config,

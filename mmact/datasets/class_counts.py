@@ -9,7 +9,9 @@ is ever hard-coded:
 - PC-Softmax and ShotAccuracy: samples per class of an mmpretrain annotation
   file (:func:`class_counts_from_ann_file`) and the many / medium / few
   groups (:func:`shot_groups`);
-- the analysis tools: either, through :func:`image_counts_from_dataset`.
+- the analysis tools: either, through :func:`image_counts_from_dataset`;
+- generated long-tailed sets (the toy classification data, the long-tail
+  benchmark): :func:`long_tailed_counts`.
 
 mmdet / mmpretrain datasets are handled by duck typing (``cat_ids``,
 ``ann_file``, ``get_data_info``), so this module needs only mmengine.
@@ -19,6 +21,7 @@ The image frequency of class ``c`` is ``image_count[c] / num_images`` where
 the GOL / EQL reference code uses for LVIS (``image_count`` over the images
 that appear in the annotations).
 """
+import math
 import os.path as osp
 from typing import (Any, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Union)
@@ -29,7 +32,8 @@ from mmengine.fileio import get_text, load
 __all__ = [
     'ClassImageCounts', 'SHOT_GROUPS', 'unwrap_datasets',
     'image_counts_from_labels', 'image_counts_from_annotations',
-    'image_counts_from_dataset', 'class_counts_from_ann_file', 'shot_groups'
+    'image_counts_from_dataset', 'class_counts_from_ann_file', 'shot_groups',
+    'long_tailed_counts'
 ]
 
 #: ``(image_count per label, number of annotated images)``
@@ -302,4 +306,39 @@ def shot_groups(counts: Sequence[int],
         'many'
         if n > many_threshold else 'few' if n < few_threshold else 'medium'
         for n in counts
+    ]
+
+
+def long_tailed_counts(num_classes: int, max_per_class: int,
+                       imbalance: float) -> List[int]:
+    """Samples per class of an exponentially long-tailed set.
+
+    Class ``i`` keeps ``floor(max_per_class * imbalance ** (-i / (C - 1)))``
+    samples, at least one: the CIFAR-LT convention (Cao et al., 2019), so
+    that ``imbalance`` is the ratio of the largest class to the smallest.
+
+    Args:
+        num_classes (int): Number of classes ``C``.
+        max_per_class (int): Size of class 0, the largest.
+        imbalance (float): Ratio of the largest class to the smallest, >= 1.
+
+    Returns:
+        list[int]: Size of each class, largest first.
+
+    Raises:
+        ValueError: An argument is out of range.
+    """
+    if num_classes < 1 or max_per_class < 1 or imbalance < 1:
+        raise ValueError(
+            'long_tailed_counts needs num_classes >= 1, max_per_class >= 1 '
+            f'and imbalance >= 1, got {num_classes}, {max_per_class}, '
+            f'{imbalance}')
+    if num_classes == 1:
+        return [max_per_class]
+    # 1e-9: a count that is whole in exact arithmetic stays whole
+    return [
+        max(
+            1,
+            math.floor(max_per_class * imbalance**(-i / (num_classes - 1)) +
+                       1e-9)) for i in range(num_classes)
     ]

@@ -5,11 +5,24 @@ import os
 import numpy as np
 import pytest
 
-from mmact.datasets import (class_counts_from_ann_file,
+from mmact.datasets import (class_counts_from_ann_file, long_tailed_counts,
                             image_counts_from_annotations,
                             image_counts_from_dataset,
                             image_counts_from_labels, shot_groups,
                             unwrap_datasets)
+
+
+def test_long_tailed_counts_follow_the_imbalance_factor():
+    counts = long_tailed_counts(10, 100, 100.0)
+    # floor(100 * 100^(-i/9)): the CIFAR-LT convention
+    assert counts == [100, 59, 35, 21, 12, 7, 4, 2, 1, 1]
+    assert counts[0] / counts[-1] == 100
+    assert long_tailed_counts(10, 50, 1.0) == [50] * 10
+    assert long_tailed_counts(4, 8, 2) == [8, 6, 5, 4]  # the tiny-cls set
+    assert long_tailed_counts(1, 7, 3.0) == [7]
+    for bad in ((0, 8, 2), (4, 0, 2), (4, 8, 0.5)):
+        with pytest.raises(ValueError, match='long_tailed_counts needs'):
+            long_tailed_counts(*bad)
 
 
 def test_shot_groups_thresholds():

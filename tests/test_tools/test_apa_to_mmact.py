@@ -193,8 +193,7 @@ def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers():
     _, report = convert_apa_checkpoint({
         'state_dict': {
             key.replace('fc_cls.concentration_logit', 'fc_cls.g'): value
-            for key, value in reference_layout(
-                detector(faster)).items()
+            for key, value in reference_layout(detector(faster)).items()
         }
     })
     assert report['config'] == faster
@@ -246,9 +245,10 @@ def test_detector_of_another_layout_is_refused_naming_keys():
     ref = {f'backbone.{k}': v for k, v in reference_layout(model).items()}
     ref['roi_head.semantic_head.conv_logits.weight'] = torch.ones(3)
     ref['neck.lateral_convs.0.conv.weight'] = torch.rand(256, 256, 1, 1)
-    with pytest.raises(ValueError,
-                       match=r'1 detector keys match no conversion rule.*'
-                       r'roi_head\.semantic_head\.conv_logits\.weight'):
+    with pytest.raises(
+            ValueError,
+            match=r'1 detector keys match no conversion rule.*'
+            r'roi_head\.semantic_head\.conv_logits\.weight'):
         convert_apa_checkpoint({'state_dict': ref})
     del ref['roi_head.semantic_head.conv_logits.weight']
     with pytest.raises(ValueError, match='no mmact config has this detector'):
@@ -423,19 +423,30 @@ def _reference_release(model: torch.nn.Module) -> dict:
     fc(torch.ones(1, 4)).sum().backward()
     optimizer.step()
     schedule = SequentialLR(
-        optimizer, [LinearLR(optimizer), CosineAnnealingLR(optimizer, 10)],
+        optimizer, [LinearLR(optimizer),
+                    CosineAnnealingLR(optimizer, 10)],
         milestones=[5])
     return {
-        'model': reference_layout(model),
-        'optimizer': optimizer.state_dict(),
-        'lr_scheduler': schedule.state_dict(),
-        'epoch': 99,
-        'args': argparse.Namespace(
+        'model':
+        reference_layout(model),
+        'optimizer':
+        optimizer.state_dict(),
+        'lr_scheduler':
+        schedule.state_dict(),
+        'epoch':
+        99,
+        'args':
+        argparse.Namespace(
             model='resnet50', lr=0.5, weights=None, output_dir='.', amp=True),
-        'scaler': {'scale': 65536.0, 'growth_factor': 2.0,
-                   'backoff_factor': 0.5, 'growth_interval': 2000,
-                   '_growth_tracker': 0},
-        'model_ema': AveragedModel(fc).state_dict(),
+        'scaler': {
+            'scale': 65536.0,
+            'growth_factor': 2.0,
+            'backoff_factor': 0.5,
+            'growth_interval': 2000,
+            '_growth_tracker': 0
+        },
+        'model_ema':
+        AveragedModel(fc).state_dict(),
     }
 
 
@@ -450,16 +461,19 @@ def test_reference_release_converts_through_the_allow_list_to_safetensors(
     from mmact.checkpoint import load_safetensors, safe_checkpoint_loading
     model = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
     src, dst = tmp_path / 'release.pth', tmp_path / 'r50.safetensors'
-    torch.save(_reference_release(model), src,
-               _use_new_zipfile_serialization=not legacy)
+    torch.save(
+        _reference_release(model),
+        src,
+        _use_new_zipfile_serialization=not legacy)
     apa_to_mmact.main([str(src), str(dst), '--backbone-only'])
     weights = load_safetensors(dst)
     assert all(key.startswith('backbone.') for key in weights)
     fresh = ActResNet(50, act_cfg=dict(type='AGLU'), attention_cfg=APA_STAR)
     with safe_checkpoint_loading():
-        load_checkpoint(fresh, str(dst), strict=True,
-                        revise_keys=[(r'^backbone\.', '')])
-    expected = convert_apa_checkpoint(torch.load(src, weights_only=False),
-                                      backbone_only=True)[0]['state_dict']
+        load_checkpoint(
+            fresh, str(dst), strict=True, revise_keys=[(r'^backbone\.', '')])
+    expected = convert_apa_checkpoint(
+        torch.load(src, weights_only=False),
+        backbone_only=True)[0]['state_dict']
     for key, value in fresh.state_dict().items():
         assert torch.equal(value, expected[f'backbone.{key}']), key

@@ -12,15 +12,6 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools/benchmarks/benchmark_long_tail.py'
 
 
-def test_long_tailed_counts_follow_the_imbalance_factor(load_tool):
-    bench = load_tool('tools/benchmarks/benchmark_long_tail.py')
-    counts = bench.long_tailed_counts(100, 100.0)
-    # floor(100 * 100^(-i/9))
-    assert counts == [100, 59, 35, 21, 12, 7, 4, 2, 1, 1]
-    assert counts[0] / counts[-1] == 100
-    assert bench.long_tailed_counts(50, 1.0) == [50] * 10
-
-
 def test_digits_split_is_long_tailed_balanced_and_disjoint(load_tool):
     bench = load_tool('tools/benchmarks/benchmark_long_tail.py')
     x_train, y_train, x_test, y_test = bench.digits_split(100, 100.0, 50)

@@ -68,12 +68,8 @@ def assert_identical(a, b, where='checkpoint'):
 
 
 @pytest.fixture(scope='module')
-def cwd(tmp_path_factory, tiny_cls_root):
-    """A folder with data/toy_cls, as a user's checkout has."""
-    cwd = tmp_path_factory.mktemp('cls')
-    (cwd / 'data').mkdir()
-    (cwd / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
-    return cwd
+def cwd(tmp_path_factory, with_tiny_cls_data):
+    return with_tiny_cls_data(tmp_path_factory.mktemp('cls'))
 
 
 @pytest.fixture(scope='module')

@@ -128,12 +128,11 @@ TINY_CLS = Path(__file__).parent / 'configs/tiny-cls_aglu-apa.py'
 
 
 def test_sync_bn_and_exact_resume_with_two_cpu_processes(
-        tmp_path, tiny_cls_root):
+        tmp_path, with_tiny_cls_data):
     """SyncBN (GPU-only) runs as BN with one warning; 2 epochs straight and
     1 + --resume give identical checkpoints, each process getting its own
     random state back."""
-    (tmp_path / 'data').mkdir()
-    (tmp_path / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
+    with_tiny_cls_data(tmp_path)
     # Another seed per process, so restoring one process's state on both
     # would show.
     sync_bn = ('model.backbone.norm_cfg.type=SyncBN',

@@ -44,10 +44,8 @@ PROBE = ("custom_imports = dict(imports=['mmact', 'stop_probe'], "
 
 
 @pytest.fixture(scope='module')
-def cwd(tmp_path_factory, tiny_cls_root):
-    folder = tmp_path_factory.mktemp('preemption')
-    (folder / 'data').mkdir()
-    (folder / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
+def cwd(tmp_path_factory, with_tiny_cls_data):
+    folder = with_tiny_cls_data(tmp_path_factory.mktemp('preemption'))
     (folder / 'iters.py').write_text(ITERS + PROBE)
     (folder / 'epochs.py').write_text(EPOCHS + PROBE)
     return folder

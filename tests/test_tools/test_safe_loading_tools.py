@@ -18,12 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')
-def cwd(tmp_path_factory, tiny_cls_root):
-    """A folder with data/toy_cls, as a user's checkout has."""
-    cwd = tmp_path_factory.mktemp('safe_loading')
-    (cwd / 'data').mkdir()
-    (cwd / 'data' / 'toy_cls').symlink_to(tiny_cls_root)
-    return cwd
+def cwd(tmp_path_factory, with_tiny_cls_data):
+    return with_tiny_cls_data(tmp_path_factory.mktemp('safe_loading'))
 
 
 def run(cwd, *args, code=None):

@@ -29,7 +29,7 @@ import argparse
 import json
 import math
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS
 
 import mmact  # noqa: F401  (registers the activations)
+from mmact.datasets import long_tailed_counts
 from mmact.models.utils import materialize_lazy_modules
 from mmact.utils import activation_paramwise_cfg
 
@@ -56,19 +57,6 @@ VARIANTS = {
 SHOT_GROUPS = {'many': range(0, 3), 'medium': range(3, 7), 'few': range(7, 10)}
 
 
-def long_tailed_counts(max_per_class: int, imbalance_factor: float,
-                       num_classes: int = 10) -> List[int]:
-    """Training images per class: ``floor(n_max * IF^(-i / (C - 1)))``,
-    at least 1."""
-    if max_per_class < 1 or imbalance_factor < 1:
-        raise ValueError('max_per_class must be >= 1 and imbalance_factor '
-                         f'>= 1, got {max_per_class}, {imbalance_factor}')
-    return [
-        max(1, math.floor(max_per_class * imbalance_factor**(
-            -i / (num_classes - 1)) + 1e-9)) for i in range(num_classes)
-    ]
-
-
 def digits_split(max_per_class: int, imbalance_factor: float,
                  test_per_class: int, split_seed: int = 0
                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -78,7 +66,7 @@ def digits_split(max_per_class: int, imbalance_factor: float,
     digits = load_digits()
     x = digits.images.astype(np.float32)[:, None] / 16.0
     y = digits.target.astype(np.int64)
-    counts = long_tailed_counts(max_per_class, imbalance_factor)
+    counts = long_tailed_counts(10, max_per_class, imbalance_factor)
     rng = np.random.RandomState(split_seed)
     train, test = [], []
     for label, n_train in enumerate(counts):

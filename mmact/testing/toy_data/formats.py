@@ -14,10 +14,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from mmact.datasets.class_counts import image_counts_from_labels
+from mmact.datasets.class_counts import (image_counts_from_labels,
+                                         long_tailed_counts)
 
 from .classes import COCO_CATEGORY_IDS, coco_supercategories, toy_classes
-from .labels import (covering_labels, long_tail_counts, lvis_frequency,
+from .labels import (covering_labels, lvis_frequency,
                      lvis_frequency_thresholds, lvis_long_tail_labels,
                      with_extra_instances)
 from .render import (category_appearance, check_image_size,
@@ -308,8 +309,8 @@ def _write_classification(job: _Job,
     if job.imbalance < 1:
         raise ValueError(f'imbalance must be >= 1, got {job.imbalance}')
     names = toy_classes('cls', job.num_classes)
-    counts = long_tail_counts(job.num_classes, float(job.imbalance),
-                              job.max_per_class)
+    counts = long_tailed_counts(job.num_classes, job.max_per_class,
+                                job.imbalance)
     train = [(f'class_{label:03d}/{label:03d}_{i:05d}.jpg', label)
              for label, count in enumerate(counts) for i in range(count)]
     val_rng = split_rng(job.seed, 'cls', 'val')

@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = [
     'covering_labels', 'with_extra_instances', 'lvis_frequency_thresholds',
-    'lvis_frequency', 'lvis_long_tail_labels', 'long_tail_counts'
+    'lvis_frequency', 'lvis_long_tail_labels'
 ]
 
 
@@ -216,23 +216,3 @@ def with_extra_instances(rng: np.random.Generator,
             labels += [int(c) for c in rng.choice(labels, extra)]
         out.append(sorted(labels))
     return out
-
-
-def long_tail_counts(num_classes: int, imbalance: float,
-                     max_per_class: int) -> List[int]:
-    """Exponential long tail: ``max * imbalance ** (-k / (K - 1))``.
-
-    Args:
-        num_classes (int): Number of classes K.
-        imbalance (float): Ratio of the largest to the smallest class.
-        max_per_class (int): Size of class 0.
-
-    Returns:
-        list[int]: Size of each class, at least 1.
-    """
-    if num_classes == 1:
-        return [max_per_class]
-    return [
-        max(1, int(round(max_per_class * imbalance**(-k / (num_classes - 1)))))
-        for k in range(num_classes)
-    ]
