@@ -61,7 +61,8 @@ import torch
 # Run from a checkout: mmact is imported for the key check.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-CONVERTER = 'tools/model_converters/apa_to_mmact.py'
+from mmact.models.backbones.reference_layout import (  # noqa: E402
+    CONVERTER, preview_keys)
 
 _BN = r'(weight|bias|running_mean|running_var|num_batches_tracked)'
 _ACT = r'(lambda_param|kappa_param)'
@@ -151,12 +152,6 @@ _LVIS_CLASSES = 1203
 _V3DET_CLASSES = 13204 + 1
 
 
-def _preview(keys: Iterable[str], n: int = 8) -> str:
-    keys = sorted(keys)
-    more = f' ... (+{len(keys) - n} more)' if len(keys) > n else ''
-    return ', '.join(keys[:n]) + more
-
-
 def _split_blocks(keys: Iterable[str]) -> Tuple[int, ...]:
     blocks: Dict[int, set] = {}
     for key in keys:
@@ -184,7 +179,7 @@ def infer_backbone_config(state_dict: Dict[str, torch.Tensor]) -> dict:
         raise ValueError(
             'not a reference (SE-)ResNet checkpoint: expected keys '
             "'conv1.weight' and 'layer1.0.conv1.weight', found "
-            f'{_preview(state_dict)}')
+            f'{preview_keys(state_dict)}')
     stage_blocks = _split_blocks(state_dict)
     bottleneck = 'layer1.0.conv3.weight' in state_dict
     depth = _DEPTHS.get((stage_blocks, bottleneck))
@@ -323,8 +318,9 @@ def convert_apa_backbone(
         else:
             unmapped.append(key)
     if unmapped:
-        raise ValueError(f'{len(unmapped)} backbone keys match no conversion '
-                         f'rule (another architecture?): {_preview(unmapped)}')
+        raise ValueError(
+            f'{len(unmapped)} backbone keys match no conversion '
+            f'rule (another architecture?): {preview_keys(unmapped)}')
     if not validate:
         return out, cfg
     expected = expected_backbone_keys(cfg)
@@ -336,8 +332,9 @@ def convert_apa_backbone(
     missing = sorted(set(expected) - set(out))
     extra = sorted(set(out) - set(expected))
     if missing or extra:
-        raise ValueError(f'converted keys do not match {cfg}: missing '
-                         f'{_preview(missing)}; unexpected {_preview(extra)}')
+        raise ValueError(
+            f'converted keys do not match {cfg}: missing '
+            f'{preview_keys(missing)}; unexpected {preview_keys(extra)}')
     bad = []
     for key, shape in expected.items():
         value = out[key]
@@ -384,8 +381,9 @@ def convert_apa_checkpoint(checkpoint: dict,
             isinstance(v, torch.Tensor) for v in checkpoint.values()):
         container = None
     else:
-        raise ValueError("no 'model' or 'state_dict' entry and not a flat "
-                         f'state dict; top-level keys: {_preview(checkpoint)}')
+        raise ValueError(
+            "no 'model' or 'state_dict' entry and not a flat "
+            f'state dict; top-level keys: {preview_keys(checkpoint)}')
     if container is None:
         source = dict(checkpoint)
     else:
@@ -439,7 +437,7 @@ def convert_apa_checkpoint(checkpoint: dict,
             '(expected an FPN detector of the authors\' LVIS / V3Det '
             'configs: neck.*, rpn_head.*, roi_head.bbox_head.*, '
             'roi_head.mask_head.*):'
-            f' {_preview(unmapped)}')
+            f' {preview_keys(unmapped)}')
     config = None
     if layout == 'detector' and not backbone_only:
         config = matching_config(out, cfg)
@@ -567,6 +565,7 @@ def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
     """
     from mmengine.registry import MODELS, DefaultScope
 
+    from mmact.engine.hooks import checkpoint_mismatch
     from mmact.utils.preflight import load_config
     cfg = load_config(str(Path(__file__).resolve().parents[2] / config))
     cfg.model.backbone.init_cfg = None  # no ImageNet checkpoint needed here
@@ -579,23 +578,15 @@ def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
         head.pop('train_ann_file')
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
         model = MODELS.build(cfg.model)
-    expected = model.state_dict()
-    for key, value in expected.items():
+    for key, value in model.state_dict().items():
         given = state_dict.get(key)
         if given is not None and given.shape != value.shape and \
                 given.numel() == value.numel() == 1:
             state_dict[key] = given.reshape(value.shape)
-    missing = sorted(set(expected) - set(state_dict))
-    extra = sorted(set(state_dict) - set(expected))
-    bad = [
-        f'{k}: {tuple(state_dict[k].shape)} vs {tuple(v.shape)}'
-        for k, v in expected.items()
-        if k in state_dict and state_dict[k].shape != v.shape
-    ]
-    if missing or extra or bad:
-        raise ValueError(f'the converted checkpoint does not fit {config}: '
-                         f'missing {_preview(missing)}; unexpected '
-                         f'{_preview(extra)}; shapes {bad[:8]}')
+    mismatch = checkpoint_mismatch(model, state_dict)
+    if mismatch:
+        raise ValueError(f'the converted checkpoint does not fit {config}:\n'
+                         f'{mismatch.describe()}')
     model.load_state_dict(state_dict, strict=True)
 
 

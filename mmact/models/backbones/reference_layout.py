@@ -9,7 +9,7 @@ names the converter (``tools/model_converters/apa_to_mmact.py``).
 import re
 from typing import Iterable, Optional
 
-__all__ = ['CONVERTER', 'check_pretrained_layout']
+__all__ = ['CONVERTER', 'check_pretrained_layout', 'preview_keys']
 
 CONVERTER = 'tools/model_converters/apa_to_mmact.py'
 
@@ -17,7 +17,13 @@ CONVERTER = 'tools/model_converters/apa_to_mmact.py'
 _REFERENCE_MARKERS = ('unirect', '.se.excitation.', '.se.uniact.', '.se.norm.')
 
 
-def _preview(keys: Iterable[str], n: int = 8) -> str:
+def preview_keys(keys: Iterable[str], n: int = 8) -> str:
+    """The first ``n`` of ``keys`` in order, and how many more there are.
+
+    Args:
+        keys (Iterable[str]): State-dict keys.
+        n (int): How many to show. Defaults to 8.
+    """
     keys = sorted(keys)
     more = f' ... (+{len(keys) - n} more)' if len(keys) > n else ''
     return ', '.join(keys[:n]) + more
@@ -56,19 +62,21 @@ def check_pretrained_layout(checkpoint: dict,
     keys = [k for k in state_dict if isinstance(k, str)]
     reference = [k for k in keys if any(m in k for m in _REFERENCE_MARKERS)]
     if reference:
-        raise ValueError(f'{source} uses the reference APA key names '
-                         f'({_preview(reference, 3)}), which mmact does not '
-                         'load directly: ' + fix)
+        raise ValueError(
+            f'{source} uses the reference APA key names '
+            f'({preview_keys(reference, 3)}), which mmact does not '
+            'load directly: ' + fix)
     if prefix:
         pre = prefix if prefix.endswith('.') else prefix + '.'
         keys = [k[len(pre):] for k in keys if k.startswith(pre)]
         if not keys:
-            raise ValueError(f"{source} has no key starting with prefix "
-                             f"{pre!r}; first keys: {_preview(state_dict)}")
+            raise ValueError(
+                f"{source} has no key starting with prefix "
+                f"{pre!r}; first keys: {preview_keys(state_dict)}")
     else:
         keys = [re.sub(r'^module\.', '', k) for k in keys]
     if not set(keys) & set(model_keys):
         raise ValueError(
             f'none of the {len(keys)} keys of {source} (after prefix '
-            f'{prefix!r}) match the model; checkpoint keys: {_preview(keys)};'
-            f' model keys: {_preview(model_keys)}')
+            f'{prefix!r}) match the model; checkpoint keys: {preview_keys(keys)};'
+            f' model keys: {preview_keys(model_keys)}')
