@@ -4,29 +4,29 @@ Same command line as mmdet's tools/test.py, plus ``--allow-partial``.
 """
 import argparse
 import logging
-import os
-import os.path as osp
 import sys
 import warnings
 from copy import deepcopy
 from typing import Optional
 
-from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 from mmengine.registry import METRICS, RUNNERS
 from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
-                              add_trust_argument, safe_checkpoint_loading)
+                              safe_checkpoint_loading)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
 from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
                                     STOP_SIGNALS, Preempted)
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
-                                   check_datasets, load_config,
-                                   unknown_type_hint, use_checked_datasets)
+                                   check_datasets, unknown_type_hint,
+                                   use_checked_datasets)
+from mmact.utils.tool_args import (add_runner_arguments, parse_runner_args,
+                                   runner_config)
 
 # Metric that dumps raw predictions to a pickle, per library (mmpretrain's
 # own tools/test.py uses mmengine's DumpResults).
@@ -54,8 +54,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='test config file path')
     parser.add_argument(
         'checkpoint', help='checkpoint file, URL or scheme:// path')
-    add_trust_argument(parser)
-    parser.add_argument('--work-dir', help='the dir to save evaluation logs')
+    add_runner_arguments(parser)
     parser.add_argument(
         '--out', help='dump predictions to this pickle file (.pkl)')
     parser.add_argument(
@@ -74,20 +73,7 @@ def parse_args() -> argparse.Namespace:
         action='store_true',
         help='test even if the checkpoint leaves model weights unloaded or '
         'has keys the model lacks (mmengine warns and goes on)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings, key=value pairs merged into the config')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_runner_args(parser)
 
 
 def enable_visualization(cfg: Config,
@@ -193,14 +179,8 @@ def evaluate(args: argparse.Namespace) -> None:
     """Check the checkpoint, the data and the config, then test."""
     end_with_launcher(args.launcher)  # a killed torchrun ends its workers
     check_mmcv()  # mmcv ops built for another torch: say how to fix
-    cfg = load_config(args.config, args.cfg_options)
-    cfg.launcher = args.launcher
+    cfg = runner_config(args)
     write_metrics_once(cfg)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
     check_checkpoint(args.checkpoint)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:

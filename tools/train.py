@@ -5,13 +5,11 @@ with or without mmact components.
 """
 import argparse
 import logging
-import os
-import os.path as osp
 import sys
 from contextlib import nullcontext
 from typing import Optional, Tuple
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.device import (is_cuda_available, is_mlu_available,
                              is_musa_available, is_npu_available)
 from mmengine.logging import print_log
@@ -20,7 +18,7 @@ from mmengine.runner import Runner
 
 import mmact  # noqa: F401  (registers mmact components)
 from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
-                              add_trust_argument, safe_checkpoint_loading)
+                              safe_checkpoint_loading)
 from mmact.engine.hooks import replace_stock_hook
 from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
                          init_restarted_process_group, is_launcher_main,
@@ -30,16 +28,18 @@ from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, check_fresh_work_dir,
                                    check_pretrained_paths,
-                                   is_restart_of_recorded_run, load_config,
-                                   record_run, resume_checkpoint,
-                                   unknown_type_hint, use_checked_datasets)
+                                   is_restart_of_recorded_run, record_run,
+                                   resume_checkpoint, unknown_type_hint,
+                                   use_checked_datasets)
+from mmact.utils.tool_args import (add_runner_arguments, parse_runner_args,
+                                   runner_config)
 from mmact.utils.work_dir_lock import run_identity, work_dir_lock
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
-    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    add_runner_arguments(parser)
     parser.add_argument(
         '--amp',
         action='store_true',
@@ -59,7 +59,6 @@ def parse_args() -> argparse.Namespace:
         help='resume from this checkpoint, or without a path from the one '
         'last_checkpoint names (or else the newest complete one in the work '
         'dir)')
-    add_trust_argument(parser)
     parser.add_argument(
         '--force',
         action='store_true',
@@ -79,20 +78,7 @@ def parse_args() -> argparse.Namespace:
         f'after a checkpoint, exit status {PREEMPTED_EXIT_CODE} '
         '(PreemptionHook; default: SIGTERM SIGUSR1, what slurm and torchrun '
         'send before they kill; none given: the default actions)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings, key=value pairs merged into the config')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_runner_args(parser)
 
 
 def has_accelerator() -> bool:
@@ -136,13 +122,7 @@ def main() -> None:
     STOP_SIGNALS.install(args.stop_signals)
     end_with_launcher(args.launcher)  # a killed torchrun ends its workers
     check_mmcv()  # mmcv ops built for another torch: say how to fix
-    cfg = load_config(args.config, args.cfg_options)
-    cfg.launcher = args.launcher
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = runner_config(args)
 
     # a crash or a full disk while saving keeps every earlier checkpoint
     replace_stock_hook(cfg, 'checkpoint', 'DurableCheckpointHook')
