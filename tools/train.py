@@ -201,7 +201,8 @@ def train(cfg: Config,
     # samples vs the heads, before the model is built; the Runner reuses them
     datasets = check_datasets(
         cfg, splits, warn=is_launcher_main(args.launcher))
-    check_pretrained_paths(cfg)
+    for line in check_pretrained_paths(cfg):  # inits load_from replaces
+        print_log(line, logger='current', level=logging.WARNING)
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     init_restarted_process_group(cfg, args.launcher)  # GPUs: before mmengine
     # load_from may cover part of the model (fine-tuning): warn, don't stop.

@@ -10,10 +10,11 @@ files written before torch 1.6).
 import os
 import os.path as osp
 import pickle
+import re
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 import torch
 from mmengine.config import Config
@@ -165,8 +166,17 @@ def check_checkpoint(path: str, resume: bool = False) -> None:
                          f'checksum); {_INTACT_HINT}')
 
 
-def _pretrained_inits(node, where: str) -> Iterator[Tuple[str, str]]:
-    """Yield ``(config key, checkpoint)`` of every ``Pretrained`` init."""
+class _PretrainedInit(NamedTuple):
+    key: str  # config key of the checkpoint, e.g. model.backbone.init_cfg...
+    checkpoint: str
+    module: str  # the module it initialises, as a state-dict prefix
+    owner: dict  # the config node holding the init_cfg
+
+
+def _pretrained_inits(node,
+                      where: str,
+                      module: str = '') -> Iterator[_PretrainedInit]:
+    """Every ``Pretrained`` init under ``node``."""
     if isinstance(node, dict):
         init = node.get('init_cfg')
         inits = init if isinstance(init, (list, tuple)) else [init]
@@ -175,13 +185,16 @@ def _pretrained_inits(node, where: str) -> Iterator[Tuple[str, str]]:
                     and item.get('checkpoint'):
                 key = f'{where}.init_cfg' + (f'[{i}]' if isinstance(
                     init, (list, tuple)) else '')
-                yield f'{key}.checkpoint', str(item['checkpoint'])
+                yield _PretrainedInit(f'{key}.checkpoint',
+                                      str(item['checkpoint']), module, node)
         for name, value in node.items():
             if name != 'init_cfg':
-                yield from _pretrained_inits(value, f'{where}.{name}')
+                yield from _pretrained_inits(value, f'{where}.{name}',
+                                             f'{module}{name}.')
     elif isinstance(node, (list, tuple)):
         for i, value in enumerate(node):
-            yield from _pretrained_inits(value, f'{where}[{i}]')
+            yield from _pretrained_inits(value, f'{where}[{i}]',
+                                         f'{module}{i}.')
 
 
 def _producing_config(path: str) -> Optional[str]:
@@ -218,33 +231,71 @@ def missing_pretrained_paths(cfg: Config) -> List[str]:
         list[str]: One line per missing file, naming the config key and,
         when a config of this repository writes the file, how to make it.
     """
-    missing = []
-    for key, path in _pretrained_inits(cfg.get('model'), 'model'):
-        if is_remote_checkpoint(path) or osp.isfile(osp.expanduser(path)):
-            continue
-        line = f'{path} ({key})'
-        producer = _producing_config(path)
-        if producer is not None:
-            line += (f'\n    written by training {producer}: '
-                     f'tools/dist_train.sh {producer} 8')
-        missing.append(line)
-    return missing
+    return [_missing_line(init) for init in _missing_inits(cfg)]
 
 
-def check_pretrained_paths(cfg: Config) -> None:
+def _missing_inits(cfg: Config) -> List[_PretrainedInit]:
+    return [
+        init for init in _pretrained_inits(cfg.get('model'), 'model')
+        if not (is_remote_checkpoint(init.checkpoint)
+                or osp.isfile(osp.expanduser(init.checkpoint)))
+    ]
+
+
+def _missing_line(init: _PretrainedInit) -> str:
+    line = f'{init.checkpoint} ({init.key})'
+    producer = _producing_config(init.checkpoint)
+    if producer is not None:
+        line += (f'\n    written by training {producer}: '
+                 f'tools/dist_train.sh {producer} 8')
+    return line
+
+
+def _state_dict_keys(path: str) -> List[str]:
+    """The weight names of a checkpoint, as the Runner will load it."""
+    checkpoint = CheckpointLoader.load_checkpoint(path, map_location='cpu')
+    state = checkpoint.get('state_dict', checkpoint) if isinstance(
+        checkpoint, dict) else {}
+    return [re.sub(r'^module\.', '', str(key)) for key in state]
+
+
+def check_pretrained_paths(cfg: Config) -> List[str]:
     """Raise one error listing every missing local pretrained checkpoint.
 
     mmengine's ``Pretrained`` init would otherwise fail only after the model
     is built and the work dir written, with a bare file-not-found error.
+    A missing init whose module ``cfg.load_from`` holds weights for (a
+    fine-tune from a full checkpoint, or a resume) is not needed: the Runner
+    loads ``load_from`` after initialising, over those weights. That init is
+    removed from ``cfg`` and named in the returned lines.
 
     Args:
-        cfg (Config): A full runner config.
+        cfg (Config): A full runner config; updated in place.
+
+    Returns:
+        list[str]: One line per init skipped because ``load_from`` replaces
+        it.
 
     Raises:
         FileNotFoundError: Some ``init_cfg=dict(type='Pretrained',
-            checkpoint=...)`` names a local file that does not exist.
+            checkpoint=...)`` names a local file that does not exist and
+            ``load_from`` does not cover its module.
     """
-    missing = missing_pretrained_paths(cfg)
+    inits = _missing_inits(cfg)
+    skipped = []
+    if inits and cfg.get('load_from'):
+        loaded = _state_dict_keys(cfg.load_from)
+        for init in list(inits):
+            if any(key.startswith(init.module) for key in loaded):
+                init.owner['init_cfg'] = _without(init.owner['init_cfg'],
+                                                  init.checkpoint)
+                inits.remove(init)
+                skipped.append(
+                    f'{init.key} {init.checkpoint!r} does not exist; '
+                    f'load_from {cfg.load_from!r} holds the '
+                    f'{init.module}* weights it would initialise, so it is '
+                    'skipped')
+    missing = [_missing_line(init) for init in inits]
     if missing:
         raise FileNotFoundError(
             'Pretrained checkpoints of this config do not exist:\n' +
@@ -252,5 +303,18 @@ def check_pretrained_paths(cfg: Config) -> None:
             '\nTrain the backbone config named above (its final checkpoint '
             'lands at that path), copy or link an existing checkpoint there '
             '(reference-code weights: tools/model_converters/apa_to_mmact.py)'
-            ', or train from scratch with --cfg-options '
-            'model.backbone.init_cfg=None.')
+            ', train from scratch with --cfg-options '
+            'model.backbone.init_cfg=None, or fine-tune from a checkpoint '
+            'that holds these weights with load_from.')
+    return skipped
+
+
+def _without(init_cfg, checkpoint: str):
+    """``init_cfg`` less its ``Pretrained`` init from ``checkpoint``."""
+    if isinstance(init_cfg, (list, tuple)):
+        return [
+            item for item in init_cfg
+            if not (isinstance(item, dict)
+                    and str(item.get('checkpoint')) == checkpoint)
+        ]
+    return None

@@ -8,7 +8,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmact.utils.preflight import (check_checkpoint, is_remote_checkpoint,
+from mmact.utils.preflight import (check_checkpoint, check_pretrained_paths,
+                                   is_remote_checkpoint,
                                    missing_pretrained_paths)
 
 REMOTE = [
@@ -138,3 +139,49 @@ def test_pretrained_urls_are_not_missing(tmp_path):
     assert missing_pretrained_paths(cfg) == [
         f'{tmp_path}/absent.pth (model.neck.init_cfg[1].checkpoint)'
     ]
+
+
+def _fine_tune_cfg(tmp_path, load_from_keys):
+    """A detector whose backbone init file is absent, fine-tuned from a
+    checkpoint holding ``load_from_keys``."""
+    torch.save({'state_dict': {
+        k: torch.ones(1)
+        for k in load_from_keys
+    }}, tmp_path / 'detector.pth')
+    return Config(
+        dict(
+            load_from=str(tmp_path / 'detector.pth'),
+            model=dict(
+                backbone=dict(
+                    init_cfg=dict(
+                        type='Pretrained',
+                        checkpoint=str(tmp_path / 'imagenet.pth'))),
+                neck=dict(init_cfg=[
+                    dict(type='Xavier'),
+                    dict(
+                        type='Pretrained',
+                        checkpoint=str(tmp_path / 'neck.pth'))
+                ]))))
+
+
+def test_load_from_replaces_the_absent_inits_it_covers(tmp_path):
+    cfg = _fine_tune_cfg(
+        tmp_path, ['module.backbone.conv1.weight', 'neck.lateral.weight'])
+    skipped = check_pretrained_paths(cfg)
+    assert skipped == [
+        f"model.backbone.init_cfg.checkpoint '{tmp_path}/imagenet.pth' does "
+        f"not exist; load_from '{tmp_path}/detector.pth' holds the "
+        'backbone.* weights it would initialise, so it is skipped',
+        f"model.neck.init_cfg[1].checkpoint '{tmp_path}/neck.pth' does not "
+        f"exist; load_from '{tmp_path}/detector.pth' holds the neck.* "
+        'weights it would initialise, so it is skipped'
+    ]
+    assert cfg.model.backbone.init_cfg is None
+    assert cfg.model.neck.init_cfg == [dict(type='Xavier')]
+
+
+def test_load_from_that_does_not_cover_still_stops(tmp_path):
+    cfg = _fine_tune_cfg(tmp_path, ['neck.lateral.weight'])
+    with pytest.raises(FileNotFoundError, match='imagenet.pth') as error:
+        check_pretrained_paths(cfg)
+    assert 'neck.pth' not in str(error.value)  # covered: not listed
