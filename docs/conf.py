@@ -1,4 +1,5 @@
 """Sphinx configuration of mmact's documentation (``make docs``)."""
+import importlib.util
 import os
 import sys
 
@@ -26,3 +27,19 @@ autodoc_typehints = 'description'
 autoclass_content = 'class'
 html_theme = 'alabaster'
 html_title = 'mmact'
+
+
+def write_model_zoo(app):
+    """``model_zoo.md`` from ``model-index.yml`` and the metafiles, before
+    Sphinx reads the sources (``docs/model_zoo.py``)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        'model_zoo.py')
+    spec = importlib.util.spec_from_file_location('mmact_docs_model_zoo',
+                                                  path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write()
+
+
+def setup(app):
+    app.connect('builder-inited', write_model_zoo)

@@ -33,19 +33,91 @@ def test_model_index_names_every_metafile_and_its_configs_exist():
     assert 'apa_mrcnn_r50' in names  # the mission's config
 
 
-def test_published_numbers_match_the_configs_readme():
-    """Each metafile result is the paper's number the configs' README
-    lists for that config."""
-    readme = (REPO / 'configs/README.md').read_text()
+DATASET_DIRS = ('lvis', 'coco', 'v3det', 'objects365', 'imagenet')
+
+
+def model_zoo_tables(page: str) -> dict:
+    """The model zoo page's table rows by config: {config: {column: cell}}."""
+    rows, header = {}, None
+    for line in page.splitlines():
+        if not line.startswith('|'):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip('|').split(' | ')]
+        if cells[0] == 'config':
+            header = cells
+        elif header and not set(line) <= set('|-'):
+            config = cells[0].strip('`')
+            assert config not in rows, f'{config} listed twice'
+            rows[config] = dict(zip(header, cells))
+    return rows
+
+
+def test_every_dataset_config_is_in_a_metafile():
+    """The metafiles are the one list of the reproduced models: each config
+    of a dataset folder has its entry (and its numbers, where published)."""
+    listed = {
+        model['Config']
+        for metafile in metafiles()
+        for model in yaml.safe_load(metafile.read_text())['Models']
+    }
+    found = {
+        path.relative_to(REPO).as_posix()
+        for folder in DATASET_DIRS
+        for path in (REPO / 'configs' / folder).glob('*.py')
+    }
+    assert found - listed == set(), 'add them to their metafile.yml'
+    assert listed <= found
+
+
+def test_model_zoo_page_shows_every_metafile_number(load_tool):
+    """docs/model_zoo.py renders every model, metric and released result of
+    the metafiles, in the order of model-index.yml; '—' where none."""
+    zoo = load_tool('docs/model_zoo.py')
+    rows = model_zoo_tables(zoo.render())
+    configs = []
     for metafile in metafiles():
         for model in yaml.safe_load(metafile.read_text())['Models']:
-            row = next((line for line in readme.splitlines()
-                        if f'({model["Config"][len("configs/"):]})' in line),
-                       None)
-            assert row is not None, model['Name']
+            configs.append(model['Config'])
+            row = rows[model['Config']]
+            values = {}
             for result in model.get('Results', []):
-                for value in result['Metrics'].values():
-                    assert str(value) in row, (model['Name'], value)
+                values.update(result['Metrics'])
+            metrics = set(row) - {
+                'config', 'backbone', "authors' released model"
+            }
+            assert set(values) <= metrics, model['Name']
+            for name in metrics:
+                assert row[name] == str(values.get(name, '—')), \
+                    (model['Name'], name)
+            assert row['backbone'].replace('\\', '') == \
+                model['Metadata']['Backbone']
+            released = model.get('Converted From', {})
+            assert row["authors' released model"].startswith(
+                'converts') if released else \
+                row["authors' released model"] == '', model['Name']
+            for name, value in released.get('Released Results', {}).items():
+                assert f'{name} {value}' in row["authors' released model"]
+    assert list(rows) == configs
+
+
+def test_configs_readme_is_not_a_second_copy_of_the_numbers():
+    """configs/README.md keeps the recipes; the numbers live only in the
+    metafiles (the model zoo page shows them): no table row names a config
+    with one of its published numbers."""
+    readme = (REPO / 'configs/README.md').read_text()
+    rows = [line for line in readme.splitlines() if line.startswith('|')]
+    for metafile in metafiles():
+        for model in yaml.safe_load(metafile.read_text())['Models']:
+            values = [
+                str(value) for result in model.get('Results', [])
+                for value in result['Metrics'].values()
+            ]
+            name = Path(model['Config']).stem
+            for row in rows:
+                assert name not in row or not any(
+                    value in row for value in values), model['Name']
+    assert 'model_zoo.py' in readme  # where the numbers are
 
 
 @pytest.mark.slow
