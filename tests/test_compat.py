@@ -1,4 +1,7 @@
 """mmact.compat: the supported range, and the one place that asks."""
+import importlib
+import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -117,10 +120,31 @@ def test_the_api_check_finds_a_direct_use(tmp_path):
             for f in found] == ['compiler.is_compiling', 'dynamo=']
 
 
-def test_interpreter_error_names_the_triton_it_needs(monkeypatch):
-    monkeypatch.setattr(backends, 'triton_version', lambda: (2, 1, 0))
-    monkeypatch.setattr(backends, 'triton_interpreter_available',
-                        lambda: False)
+@pytest.fixture
+def installed_triton(monkeypatch):
+    """``installed_triton(version)`` makes the package metadata say that
+    Triton ``version`` is installed (what :func:`mmact.compat.
+    triton_version` reads, once per process: its cache is cleared before
+    and after; nothing of mmact is patched)."""
+    find_spec = importlib.util.find_spec
+    metadata_version = importlib.metadata.version
+
+    def install(version: str) -> None:
+        monkeypatch.setattr(
+            importlib.util, 'find_spec', lambda name, *args: object()
+            if name == 'triton' else find_spec(name, *args))
+        monkeypatch.setattr(
+            importlib.metadata, 'version', lambda name: version
+            if name == 'triton' else metadata_version(name))
+        compat.triton_version.cache_clear()
+
+    yield install
+    compat.triton_version.cache_clear()
+
+
+def test_interpreter_error_names_the_triton_it_needs(monkeypatch,
+                                                     installed_triton):
+    installed_triton('2.1.0')
     monkeypatch.setenv('MMACT_TRITON', '1')
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     with pytest.raises(
@@ -143,26 +167,25 @@ def test_this_triton_has_no_interpreter(monkeypatch):
 
 
 def test_triton_below_the_floor_warns_once_and_takes_the_torch_path(
-        monkeypatch):
-    monkeypatch.setattr(backends, 'triton_version', lambda: (2, 0, 0))
-    backends._triton_launchable.cache_clear()
+        installed_triton):
+    installed_triton('2.0.0')
+    backends.triton_launchable.cache_clear()
     try:
         with pytest.warns(
                 UserWarning,
                 match=r'Triton 2\.0\.0 is older than '
                 r'the 2\.1 its kernels need'):
-            assert not backends._triton_launchable()
+            assert not backends.triton_launchable()
         with warnings.catch_warnings():
             warnings.simplefilter('error')
-            assert not backends._triton_launchable()  # no second warning
+            assert not backends.triton_launchable()  # no second warning
     finally:
-        backends._triton_launchable.cache_clear()
+        backends.triton_launchable.cache_clear()
 
 
 def test_weights_only_flags_match_this_torch():
     # torch 2.6 flipped torch.load's default to weights_only=True
-    assert compat.WEIGHTS_ONLY_BY_DEFAULT == (
-        compat.TORCH_VERSION >= (2, 6))
+    assert compat.WEIGHTS_ONLY_BY_DEFAULT == (compat.TORCH_VERSION >= (2, 6))
     assert (compat.TORCHSCRIPT_ONNX_EXPORT == {}) == (
         compat.TORCH_VERSION < (2, 5))
 

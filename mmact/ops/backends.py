@@ -5,7 +5,8 @@ whenever :func:`configure` is called), checked there, and kept in one
 :class:`BackendSettings`; per call the ops only look at the tensor. Each
 operator picks its implementation in one table beside its math
 (:func:`mmact.ops.apa.dispatch.implementation`,
-``_implementation`` in :mod:`mmact.ops.fles.fused`).
+:func:`mmact.ops.fles.dispatch.implementation`, and for the elementwise
+operators :func:`mmact.ops.table.implementation`).
 
 Environment (read by :func:`configure_from_env`):
 
@@ -15,6 +16,9 @@ Environment (read by :func:`configure_from_env`):
   which needs Triton >= 3.0 and ``TRITON_INTERPRET=1`` set before triton
   is imported (tests).
 - ``MMACT_DISABLE_CPU_KERNEL=1``: no fused C kernels (the torch path).
+- ``MMACT_COMPOSITE=1``: every operator runs its ``composite`` row, standard
+  ops that autograd records, so that gradients can be differentiated again
+  (a gradient penalty); the fused backwards refuse a second derivative.
 
 The C kernels' own build settings (``MMACT_CPU_ISA``, ``MMACT_CACHE_DIR``,
 ``CXX``) are read when the extension is built (:mod:`mmact.ops.cpu_build`).
@@ -31,12 +35,12 @@ import torch
 from torch import Tensor
 
 from ..compat import (TRITON_MIN, is_tracing, triton_interpreter_available,
-                        triton_version)
+                      triton_version)
 
 __all__ = [
     'BackendSettings', 'TRITON_MODES', 'TRITON_DTYPES', 'settings',
     'configure', 'configure_from_env', 'using', 'use_triton', 'takes_triton',
-    'on_change'
+    'triton_launchable', 'on_change'
 ]
 
 #: ``BackendSettings.triton`` values: Triton for CUDA tensors, for none,
@@ -58,9 +62,13 @@ class BackendSettings:
             ``'off'`` or ``'all'``.
         cpu_kernels (bool): Whether float32 CPU tensors use the fused C
             kernels (built on first use). Defaults to True.
+        composite (bool): Whether every call runs its operator's
+            ``composite`` row (standard ops, twice differentiable; no fused
+            kernel). Defaults to False.
     """
     triton: str = 'cuda'
     cpu_kernels: bool = True
+    composite: bool = False
 
 
 def _dotted(version: tuple) -> str:
@@ -101,19 +109,21 @@ def settings() -> BackendSettings:
 
 
 def configure(triton: Optional[str] = None,
-              cpu_kernels: Optional[bool] = None) -> BackendSettings:
+              cpu_kernels: Optional[bool] = None,
+              composite: Optional[bool] = None) -> BackendSettings:
     """Change the backends the ops use (arguments left None keep theirs).
 
     Args:
         triton (str, optional): See :class:`BackendSettings`.
         cpu_kernels (bool, optional): See :class:`BackendSettings`.
+        composite (bool, optional): See :class:`BackendSettings`.
 
     Returns:
         BackendSettings: The previous settings (to restore them).
 
     Raises:
         ValueError: An unknown ``triton`` mode.
-        TypeError: ``cpu_kernels`` is not a bool.
+        TypeError: ``cpu_kernels`` or ``composite`` is not a bool.
         RuntimeError: ``triton='all'`` where Triton's interpreter cannot run
             (no triton, Triton < 3.0, ``TRITON_INTERPRET`` not 1).
     """
@@ -121,10 +131,12 @@ def configure(triton: Optional[str] = None,
     new = _settings
     if triton is not None:
         new = replace(new, triton=triton)
-    if cpu_kernels is not None:
-        if not isinstance(cpu_kernels, bool):
-            raise TypeError(f'cpu_kernels={cpu_kernels!r}: use True or False')
-        new = replace(new, cpu_kernels=cpu_kernels)
+    for name, value in (('cpu_kernels', cpu_kernels), ('composite',
+                                                       composite)):
+        if value is not None:
+            if not isinstance(value, bool):
+                raise TypeError(f'{name}={value!r}: use True or False')
+            new = replace(new, **{name: value})
     _check(new)
     old, _settings = _settings, new
     for listener in _listeners:
@@ -142,13 +154,22 @@ def on_change(listener: Callable[[], None]) -> None:
     _listeners.append(listener)
 
 
+def _flag(name: str, meaning: str) -> bool:
+    """An environment switch that is unset, ``0`` or ``1``."""
+    value = os.environ.get(name, '')
+    if value not in ('', '0', '1'):
+        raise ValueError(f'{name}={value!r}: use 1 ({meaning}), 0 or leave '
+                         'it unset')
+    return value == '1'
+
+
 def configure_from_env() -> BackendSettings:
-    """Read ``MMACT_TRITON`` and ``MMACT_DISABLE_CPU_KERNEL`` (done once at
-    import); returns the previous settings.
+    """Read ``MMACT_TRITON``, ``MMACT_DISABLE_CPU_KERNEL`` and
+    ``MMACT_COMPOSITE`` (done once at import); returns the previous
+    settings.
 
     Raises:
-        ValueError: ``MMACT_TRITON`` or ``MMACT_DISABLE_CPU_KERNEL`` has
-            another value than those documented.
+        ValueError: One of them has another value than those documented.
         RuntimeError: as :func:`configure`.
     """
     value = os.environ.get('MMACT_TRITON', '')
@@ -157,12 +178,11 @@ def configure_from_env() -> BackendSettings:
         raise ValueError(f'MMACT_TRITON={value!r}: use 1 (Triton for CPU '
                          'tensors too), 0 (never Triton) or leave it unset '
                          '(Triton for CUDA tensors)')
-    disable = os.environ.get('MMACT_DISABLE_CPU_KERNEL', '')
-    if disable not in ('', '0', '1'):
-        raise ValueError(f'MMACT_DISABLE_CPU_KERNEL={disable!r}: use 1 (no '
-                         'C kernels), 0 or leave it unset')
+    disable = _flag('MMACT_DISABLE_CPU_KERNEL', 'no C kernels')
+    composite = _flag('MMACT_COMPOSITE', 'the composite of every operator')
     try:
-        return configure(triton=modes[value], cpu_kernels=disable != '1')
+        return configure(
+            triton=modes[value], cpu_kernels=not disable, composite=composite)
     except RuntimeError as e:
         raise RuntimeError(f'MMACT_TRITON={value}: {e}') from None
 
@@ -175,13 +195,18 @@ def using(**kwargs) -> Iterator[BackendSettings]:
     try:
         yield settings()
     finally:
-        configure(triton=old.triton, cpu_kernels=old.cpu_kernels)
+        configure(
+            triton=old.triton,
+            cpu_kernels=old.cpu_kernels,
+            composite=old.composite)
 
 
 @functools.lru_cache(maxsize=None)
-def _triton_launchable() -> bool:
+def triton_launchable() -> bool:
     """Whether an installed Triton can compile the kernels (warns once when
-    one is installed but older than :data:`~mmact.compat.TRITON_MIN`)."""
+    one is installed but older than :data:`~mmact.compat.TRITON_MIN`);
+    asked once per process (``triton_launchable.cache_clear()`` asks
+    again)."""
     version = triton_version()
     if version and version < TRITON_MIN:
         warnings.warn(
@@ -214,7 +239,7 @@ def takes_triton(x: Tensor) -> bool:
     :func:`~mmact.compat.is_tracing` already (the ops' dispatch)."""
     mode = _settings.triton
     if x.is_cuda:
-        return mode != 'off' and _triton_reads(x) and _triton_launchable()
+        return mode != 'off' and _triton_reads(x) and triton_launchable()
     return mode == 'all' and x.is_cpu and _triton_reads(x)
 
 

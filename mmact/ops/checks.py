@@ -1,14 +1,14 @@
 """Input checks and shapes the elementwise operators share (APA / AGLU,
 AReLU, IGLU, SMU, Meta-ACON): one wording for each refusal."""
 import numbers
-from typing import Tuple
+from typing import Tuple, Union
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    'check_input', 'check_channel_dim', 'compute_dtype', 'channel_axis',
-    'broadcast_shape'
+    'check_input', 'check_channel_dim', 'check_float', 'scalar_param',
+    'compute_dtype', 'channel_axis', 'broadcast_shape'
 ]
 
 
@@ -45,6 +45,47 @@ def check_channel_dim(channel_dim: int, op: str) -> None:
             or not isinstance(channel_dim, numbers.Integral)):
         raise TypeError(f'{op}: channel_dim must be an int axis, got '
                         f'{channel_dim!r}')
+
+
+def check_float(value, name: str, op: str) -> float:
+    """``value`` as a float, refusing a bool or a non-number.
+
+    Args:
+        value: A fixed (not learnable) scalar argument.
+        name (str): Its name, for the message.
+        op (str): The operator's name, for the message.
+
+    Raises:
+        TypeError: ``value`` is a bool or not a real number.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'{op}: {name} must be a float, got {value!r}')
+    return float(value)
+
+
+def scalar_param(p: Union[Tensor, float], name: str, x: Tensor,
+                 op: str) -> Tensor:
+    """A one-value parameter as a tensor: a float becomes a float64 tensor
+    on ``x``'s device (exact for float64 inputs; the ops compute in the
+    input's precision), a tensor must hold one value.
+
+    Args:
+        p (Tensor | float): The parameter.
+        name (str): Its name, for the message.
+        x (Tensor): The operator's input.
+        op (str): The operator's name, for the message.
+
+    Raises:
+        TypeError: ``p`` is neither a tensor nor a real number.
+        ValueError: ``p`` is a tensor of more than one value.
+    """
+    if not isinstance(p, Tensor):
+        return torch.tensor(
+            check_float(p, name, op), dtype=torch.float64, device=x.device)
+    if p.numel() != 1:
+        raise ValueError(f'{op}: {name} must hold a single value, got '
+                         f'{p.numel()} values')
+    return p
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:

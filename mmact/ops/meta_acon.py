@@ -16,20 +16,21 @@ network computes ``beta`` from the input; see
     dy/dp2   = x - x g
     dy/dbeta = v^2 s (1 - s)
 
-The operator is a ``torch.autograd.Function`` that saves only the input and
-the (small) parameters; parameter gradients are reduced over every axis but
+The formula is :func:`composite`; the ``torch`` row of the table
+(:mod:`mmact.ops.table`) saves only the input and the (small) parameters;
+parameter gradients are reduced over every axis but
 the channel axis (and the batch axis for a per-sample ``beta``). Half-precision
 inputs are evaluated in float32 and returned in their own dtype.
 """
-from typing import Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..compat import needs_input_grad
 from .checks import check_input, compute_dtype
+from .table import Implementation, Operator, call
 
-__all__ = ['acon_c']
+__all__ = ['acon_c', 'composite', 'grads', 'OPERATOR']
 
 
 def _channel_view(p: Tensor, x: Tensor, name: str) -> Tensor:
@@ -59,47 +60,64 @@ def _reduce_to(t: Tensor, shape: Tuple[int, ...]) -> Tensor:
     return t.sum(0) if len(shape) == 1 else t
 
 
-class _AconCFunction(torch.autograd.Function):
+def _views(x: Tensor, p1: Tensor, p2: Tensor,
+           beta: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(z, d, p2, beta)`` in the compute dtype, broadcastable."""
+    z = x.to(compute_dtype(x))
+    d = _channel_view(p1 - p2, z, 'p1').to(z.dtype)
+    q2 = _channel_view(p2, z, 'p2').to(z.dtype)
+    return z, d, q2, _beta_view(beta, z).to(z.dtype)
 
-    @staticmethod
-    def forward(ctx, x: Tensor, p1: Tensor, p2: Tensor,
-                beta: Tensor) -> Tensor:
-        ctx.save_for_backward(x, p1, p2, beta)
-        z = x.to(compute_dtype(x))
-        d = _channel_view((p1 - p2).detach(), z, 'p1').to(z.dtype)
-        q2 = _channel_view(p2.detach(), z, 'p2').to(z.dtype)
-        b = _beta_view(beta.detach(), z).to(z.dtype)
-        v = z * d
-        gate = torch.mul(v, b).sigmoid_()
-        return v.mul_(gate).addcmul_(z, q2).to(x.dtype)
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        x, p1, p2, beta = ctx.saved_tensors
-        need_x, need_p1, need_p2, need_beta = needs_input_grad(ctx, 4)
-        z = x.to(compute_dtype(x))
-        go = grad_out.to(z.dtype)
-        d = _channel_view((p1 - p2).detach(), z, 'p1').to(z.dtype)
-        q2 = _channel_view(p2.detach(), z, 'p2').to(z.dtype)
-        b = _beta_view(beta.detach(), z).to(z.dtype)
-        v = z * d
-        s = torch.mul(v, b).sigmoid_()
-        ds = s * (1.0 - s)  # sigmoid'(beta v)
-        grad_x = grad_p1 = grad_p2 = grad_beta = None
-        if need_beta:
-            grad_beta = _reduce_to(go * v * v * ds, beta.shape)
-            grad_beta = grad_beta.to(beta.dtype)
-        # g = dy/dv = s + beta v s (1 - s); gv = grad_out * g
-        gv = ds.mul_(v).mul_(b).add_(s).mul_(go)
-        if need_p1 or need_p2:
-            x_gv = _reduce_to(gv * z, p1.shape)
-            if need_p1:
-                grad_p1 = x_gv.to(p1.dtype)
-            if need_p2:
-                grad_p2 = (_reduce_to(go * z, p2.shape) - x_gv).to(p2.dtype)
-        if need_x:
-            grad_x = gv.mul_(d).addcmul_(go, q2).to(x.dtype)
-        return grad_x, grad_p1, grad_p2, grad_beta
+def composite(x: Tensor, p1: Tensor, p2: Tensor, beta: Tensor) -> Tensor:
+    """ACON-C in standard ops.
+
+    Args:
+        x (Tensor): Channels-first input ``(N, C, ...)``.
+        p1, p2 (Tensor): ``(C,)`` slopes.
+        beta (Tensor): ``(C,)`` or ``(N, C)`` switching factor.
+    """
+    z, d, q2, b = _views(x, p1, p2, beta)
+    v = z * d
+    return torch.addcmul(v * torch.sigmoid(v * b), z, q2).to(x.dtype)
+
+
+def grads(grad_out: Tensor, needs: Sequence[bool], x: Tensor, p1: Tensor,
+          p2: Tensor, beta: Tensor) -> Tuple[Optional[Tensor], ...]:
+    """``(grad_x, grad_p1, grad_p2, grad_beta)``, None where not in
+    ``needs``.
+
+    Args:
+        grad_out (Tensor): The gradient of the output.
+        needs (Sequence[bool]): Which of ``(x, p1, p2, beta)`` need one.
+        x, p1, p2, beta: As :func:`composite`.
+    """
+    need_x, need_p1, need_p2, need_beta = needs
+    z, d, q2, b = _views(x, p1, p2, beta)
+    go = grad_out.to(z.dtype)
+    v = z * d
+    s = torch.mul(v, b).sigmoid_()
+    ds = s * (1.0 - s)  # sigmoid'(beta v)
+    grad_x = grad_p1 = grad_p2 = grad_beta = None
+    if need_beta:
+        grad_beta = _reduce_to(go * v * v * ds, beta.shape)
+        grad_beta = grad_beta.to(beta.dtype)
+    # g = dy/dv = s + beta v s (1 - s); gv = grad_out * g
+    gv = ds.mul_(v).mul_(b).add_(s).mul_(go)
+    if need_p1 or need_p2:
+        x_gv = _reduce_to(gv * z, p1.shape)
+        if need_p1:
+            grad_p1 = x_gv.to(p1.dtype)
+        if need_p2:
+            grad_p2 = (_reduce_to(go * z, p2.shape) - x_gv).to(p2.dtype)
+    if need_x:
+        grad_x = gv.mul_(d).addcmul_(go, q2).to(x.dtype)
+    return grad_x, grad_p1, grad_p2, grad_beta
+
+
+#: ACON-C's table: the composite, and ``torch`` (:func:`grads` written
+#: out).
+OPERATOR = Operator('acon_c', composite, Implementation(composite, grads))
 
 
 def acon_c(x: Tensor, p1: Tensor, p2: Tensor, beta: Tensor) -> Tensor:
@@ -122,4 +140,4 @@ def acon_c(x: Tensor, p1: Tensor, p2: Tensor, beta: Tensor) -> Tensor:
     _channel_view(p1, x, 'p1')
     _channel_view(p2, x, 'p2')
     _beta_view(beta, x)
-    return _AconCFunction.apply(x.contiguous(), p1, p2, beta)
+    return call(OPERATOR, (x.contiguous(), p1, p2, beta), ())

@@ -14,69 +14,70 @@ tends to Leaky ReLU with slope ``a``. With ``c = 1 - a`` and
     dSMU/dx  = ((1 + a) + c erf(u) + (2 / sqrt(pi)) c u exp(-u^2)) / 2
     dSMU/dmu = (c x)^2 exp(-u^2) / sqrt(pi)
 
-The operator is a ``torch.autograd.Function`` that saves only the input and
-``mu``. Half-precision inputs are evaluated in float32 and returned in their
-own dtype.
+The formula is :func:`composite`; the ``torch`` row of the table
+(:mod:`mmact.ops.table`) saves only the input and ``mu``. Half-precision
+inputs are evaluated in float32 and returned in their own dtype.
 """
 import math
-from typing import Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from ..compat import needs_input_grad
-from .checks import check_input, compute_dtype
+from .checks import check_float, check_input, compute_dtype, scalar_param
+from .table import Implementation, Operator, call
 
-__all__ = ['smu']
+__all__ = ['smu', 'composite', 'grads', 'OPERATOR']
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
 
 
-def _mu(mu: Union[Tensor, float], x: Tensor) -> Tensor:
-    if not isinstance(mu, Tensor):
-        # float64, so that a float mu is exact for float64 inputs
-        return torch.tensor(float(mu), dtype=torch.float64, device=x.device)
-    if mu.numel() != 1:
-        raise ValueError(f'mu must hold a single value, got {mu.numel()} '
-                         'values')
-    return mu
+def composite(x: Tensor, mu: Tensor, alpha: float) -> Tensor:
+    """SMU in standard ops.
+
+    Args:
+        x (Tensor): The input.
+        mu (Tensor): The smoothing parameter (one value).
+        alpha (float): The fixed negative slope.
+    """
+    z = x.to(compute_dtype(x))
+    c = 1.0 - alpha
+    u = z * (mu.reshape(()).to(z.dtype) * c)
+    return (0.5 * z * ((1.0 + alpha) + c * torch.erf(u))).to(x.dtype)
 
 
-class _SMUFunction(torch.autograd.Function):
+def grads(grad_out: Tensor, needs: Sequence[bool], x: Tensor, mu: Tensor,
+          alpha: float) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """``(grad_x, grad_mu)``, None where not in ``needs``.
 
-    @staticmethod
-    def forward(ctx, x: Tensor, mu: Tensor, alpha: float) -> Tensor:
-        ctx.save_for_backward(x, mu)
-        ctx.alpha = alpha
-        z = x.to(compute_dtype(x))
-        c = 1.0 - alpha
-        m = mu.detach().reshape(()).to(z.dtype)
-        out = torch.mul(z, m * c).erf_().mul_(c).add_(1.0 + alpha)
-        return out.mul_(z).mul_(0.5).to(x.dtype)
+    Args:
+        grad_out (Tensor): The gradient of the output.
+        needs (Sequence[bool]): Which of ``(x, mu)`` need one.
+        x, mu, alpha: As :func:`composite`.
+    """
+    need_x, need_mu = needs
+    c = 1.0 - alpha
+    z = x.to(compute_dtype(x))
+    m = mu.reshape(()).to(z.dtype)
+    go = grad_out.to(z.dtype)
+    u = z * (m * c)
+    gauss = torch.mul(u, u).neg_().exp_()  # exp(-u^2)
+    grad_x = grad_mu = None
+    if need_mu:
+        cx2 = torch.mul(z, c).square_()
+        grad_mu = torch.dot(go.reshape(-1),
+                            (cx2 * gauss).reshape(-1)) * _INV_SQRT_PI
+        grad_mu = grad_mu.to(mu.dtype).reshape(mu.shape)
+    if need_x:
+        slope = gauss.mul_(u).mul_(_TWO_OVER_SQRT_PI * c)
+        slope.add_(u.erf_().mul_(c)).add_(1.0 + alpha).mul_(0.5)
+        grad_x = slope.mul_(go).to(x.dtype)
+    return grad_x, grad_mu
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        x, mu = ctx.saved_tensors
-        need_x, need_mu = needs_input_grad(ctx, 2)
-        alpha = ctx.alpha
-        c = 1.0 - alpha
-        z = x.to(compute_dtype(x))
-        m = mu.detach().reshape(()).to(z.dtype)
-        go = grad_out.to(z.dtype)
-        u = z * (m * c)
-        gauss = torch.mul(u, u).neg_().exp_()  # exp(-u^2)
-        grad_x = grad_mu = None
-        if need_mu:
-            cx2 = torch.mul(z, c).square_()
-            grad_mu = torch.dot(go.reshape(-1),
-                                (cx2 * gauss).reshape(-1)) * _INV_SQRT_PI
-            grad_mu = grad_mu.to(mu.dtype).reshape(mu.shape)
-        if need_x:
-            slope = gauss.mul_(u).mul_(_TWO_OVER_SQRT_PI * c)
-            slope.add_(u.erf_().mul_(c)).add_(1.0 + alpha).mul_(0.5)
-            grad_x = slope.mul_(go).to(x.dtype)
-        return grad_x, grad_mu, None
+
+#: SMU's table: the composite, and ``torch`` (:func:`grads` written out).
+OPERATOR = Operator('smu', composite, Implementation(composite, grads))
 
 
 def smu(x: Tensor,
@@ -96,12 +97,6 @@ def smu(x: Tensor,
         Tensor: Same shape and dtype as ``x``.
     """
     check_input(x, 'smu')
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise TypeError(f'smu: alpha must be a float, got {alpha!r}')
-    mu = _mu(mu, x)
-    if torch.onnx.is_in_onnx_export():
-        z = x.to(compute_dtype(x))
-        c = 1.0 - alpha
-        u = z * (mu.reshape(()).to(z.dtype) * c)
-        return (0.5 * z * ((1.0 + alpha) + c * torch.erf(u))).to(x.dtype)
-    return _SMUFunction.apply(x.contiguous(), mu, float(alpha))
+    alpha = check_float(alpha, 'alpha', 'smu')
+    mu = scalar_param(mu, 'mu', x, 'smu')
+    return call(OPERATOR, (x.contiguous(), mu), (alpha, ))

@@ -105,7 +105,7 @@ def test_switched_off():
 
 def test_traced_calls():
     """Tracers see the torch ops, never a kernel's data pointer (the ONNX
-    export path: tests/test_ops/test_apa.py::test_onnx_round_trip)."""
+    export path: tests/test_ops/test_apa/test_apa.py::test_onnx_round_trip)."""
     seen = []
 
     def probe(x):

@@ -1,7 +1,7 @@
 """Triton kernels against the float64 reference, in a fresh process.
 
 ``TRITON_INTERPRET`` is read when triton compiles a kernel module, so the
-cases (``triton_*_cases.py``) run in a subprocess: on the CPU through
+cases (``test_*/triton_cases.py``) run in a subprocess: on the CPU through
 Triton's interpreter (``TRITON_INTERPRET=1 MMACT_TRITON=1``, every CI run)
 and, where a CUDA GPU is present, compiled on it. The rest of the suite
 never sees these variables.
@@ -17,7 +17,7 @@ import torch
 from mmact.compat import triton_interpreter_available, triton_version
 
 HERE = Path(__file__).resolve().parent
-CASES = ['triton_apa_cases.py', 'triton_fles_cases.py']
+CASES = ['test_apa/triton_cases.py', 'test_fles/triton_cases.py']
 
 
 def run_cases(cases: str, device: str) -> None:
@@ -180,6 +180,6 @@ def test_fles_kernels_compile(gate):
         name: 'i32'
         for name in ('H', 'W', 'kh', 'kw', 'nh', 'nw', 'n_cb', 'CW')
     }
-    _compile_for_hopper(kernels.fles_grad_kernel,
-                        dict(**maps, **windows, **geometry),
-                        dict(GATE=gate, POSITIVE=True, BLOCK_R=16, BLOCK_W=128))
+    _compile_for_hopper(
+        kernels.fles_grad_kernel, dict(**maps, **windows, **geometry),
+        dict(GATE=gate, POSITIVE=True, BLOCK_R=16, BLOCK_W=128))

@@ -40,13 +40,12 @@ from torch import Tensor
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter
 
-from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, K_HO_MIN,
-                            check_window_args,
+from mmact.ops.fles import (FLES_GATES, FLES_INDICATORS, check_window_args,
                             fles_apply, fles_fused, fles_gate, fles_mlp_scales,
                             fles_proto_scales, fles_reference, fles_scales,
                             fles_shared_mlp_scales, grid_window, window_expand,
                             window_geometry)
-from mmact.ops.fles.fused import operator_entry, operator_window
+from mmact.ops.fles.dispatch import OperatorWindows
 from mmact.compat import autocast_may_apply, is_compiling, lazy_module_init
 
 from .base import LearnableActivation
@@ -60,13 +59,11 @@ MLP_LAYOUTS = {'shared': fles_shared_mlp_scales, 'separate': fles_mlp_scales}
 SATURATION_THRESHOLD = 0.9
 
 # The attributes a layer's calls follow from (set at construction; setting
-# one later drops the operator windows remembered per input shape) and how
-# many input shapes a layer remembers (multi-scale training sees many).
+# one later drops the operator windows remembered per input shape).
 _CALL_CONFIG = frozenset({
     'fused', 'proto', 'gate', 'indicator', 'window_size', 'window_grid',
     'stride', 'mlp_layout', 'data_format'
 })
-_REMEMBERED_SHAPES = 32
 
 
 def _positive_int(value, name: str) -> int:
@@ -188,9 +185,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                  init_cfg: Optional[dict] = None) -> None:
         with lazy_module_init():
             super().__init__(init_cfg=init_cfg)
-        # input shape -> the C++ operator's window, for the shapes whose
-        # calls took the operator (a whole call's Python, ~15 us, saved)
-        self._operator_windows: Dict[torch.Size, Tuple[int, int]] = {}
+        #: the cache of the FleS table's ``operator`` row for this layer
+        self.operator_windows = OperatorWindows()
         if gate not in FLES_GATES:
             raise ValueError(
                 f'FleS: unknown gate {gate!r}; choose one of {FLES_GATES}')
@@ -255,8 +251,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             self.reset_parameters()
 
     def __setattr__(self, name: str, value) -> None:
-        if name in _CALL_CONFIG and '_operator_windows' in self.__dict__:
-            self._operator_windows.clear()  # they follow from the config
+        if name in _CALL_CONFIG and 'operator_windows' in self.__dict__:
+            self.operator_windows.clear()  # they follow from the config
         super().__setattr__(name, value)
 
     # ------------------------------------------------------------------
@@ -411,18 +407,16 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
         Returns:
             Tensor: Same shape and dtype as ``x``.
         """
-        if self._operator_windows and hw_shape is None and not is_compiling():
-            window = self._operator_windows.get(x.shape)
-            entry = operator_entry()
-            if window is not None and entry is not None:
-                # None where the entry declines (its checks: a plain
-                # contiguous float32 CPU map, weights alike, no tracer)
-                params = self._parameters
-                y = entry(x, params.get('fc1_weight'), params.get('fc1_bias'),
-                          params.get('fc2_weight'), params.get('fc2_bias'),
-                          *window, self.gate, self.indicator, K_HO_MIN)
-                if y is not None:
-                    return y
+        windows = self.operator_windows
+        if windows.windows and hw_shape is None and not is_compiling():
+            # None where the entry declines (its checks: a plain
+            # contiguous float32 CPU map, weights alike, no tracer)
+            params = self._parameters
+            y = windows(x, (params.get('fc1_weight'), params.get('fc1_bias'),
+                            params.get('fc2_weight'), params.get('fc2_bias')),
+                        self.gate, self.indicator)
+            if y is not None:
+                return y
         xc, layout = self._channels_first(x, hw_shape)
         in_dtype = x.dtype
         low_precision = in_dtype in (torch.float16, torch.bfloat16)
@@ -547,11 +541,10 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             **self._indicator_kwargs(x))
         params = self._mlp_params(x)
         if self.fused and x.is_contiguous():
-            if remember and len(self._operator_windows) < _REMEMBERED_SHAPES:
-                window = operator_window(x, geom, self.gate, self.indicator,
-                                         kwargs['scale_fn'], params)
-                if window is not None:
-                    self._operator_windows[x.shape] = window
+            if remember:
+                self.operator_windows.remember(x, geom, self.gate,
+                                               self.indicator,
+                                               kwargs['scale_fn'], params)
             return fles_fused(x, geom, params, **kwargs)
         return fles_reference(x, geom, params, **kwargs)
 

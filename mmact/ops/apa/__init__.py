@@ -12,8 +12,9 @@ The package, one idea per module:
   backward use them), and the paper's formulas as written (test oracle);
 - :mod:`.params`: the lambda clamp, a shared value beside a per-channel
   one, and the chain rule back to the raw parameters;
-- :mod:`.dispatch`: which implementation runs (one table), the
-  ``autograd.Function``, the call;
+- :mod:`.dispatch`: which implementation runs (one table, with the
+  ``op`` row's cache and the rows of the rebuilt backward), the call (the
+  ``autograd.Function`` is :class:`mmact.ops.table.FusedFunction`);
 - :mod:`.cpu`: the fused C kernels, through mmact's CPU extension;
 - :mod:`.triton`, :mod:`.triton_kernels`: the fused Triton kernels;
 - :mod:`.rebuilt`: the backward at an input rebuilt from its sources.
@@ -27,7 +28,7 @@ returned in the input's dtype.
 from torch import Tensor
 
 from ...compat import is_compiling
-from .dispatch import FastPath, run
+from .dispatch import OpRowCache, run
 from .formula import aglu_reference, apa_reference
 from .params import ParamLike, clamp_lambda
 from .rebuilt import rebuild_input, rebuilt_backward
@@ -58,7 +59,7 @@ def apa(x: Tensor,
     Returns:
         Tensor: ``eta(x)`` with the dtype and shape of ``x``.
     """
-    entries = FastPath.entries  # inline: every call pays this
+    entries = OpRowCache.entries  # inline: every call pays this
     if entries is not None and not is_compiling():
         y = entries['apa'](x, kappa, lambda_, lambda_min, channel_dim)
         if y is not None:  # None where the C++ entry declines the call
@@ -86,7 +87,7 @@ def aglu(x: Tensor,
     Returns:
         Tensor: ``x * eta(x)`` with the dtype and shape of ``x``.
     """
-    entries = FastPath.entries
+    entries = OpRowCache.entries
     if entries is not None and not is_compiling():
         y = entries['aglu'](x, kappa, lambda_, lambda_min, channel_dim)
         if y is not None:

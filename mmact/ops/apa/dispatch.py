@@ -1,48 +1,44 @@
 """Which implementation evaluates APA / AGLU, and the calls into each.
 
-:func:`implementation` is the whole decision, one table; the backends in
-force were decided once (:mod:`mmact.ops.backends`). Every implementation
-takes the raw parameters (``kappa``, ``lambda_``, ``lambda_min``,
-``channel_dim``) and clamps / expands them itself.
+:func:`implementation` is the whole decision, one table, and
+:func:`rebuilt_implementation` its rows for the backward at a rebuilt
+input; :class:`OpRowCache` remembers the ``op`` row's entries. The
+backends in force were decided once (:mod:`mmact.ops.backends`). Every
+implementation takes the raw parameters (``kappa``, ``lambda_``,
+``lambda_min``, ``channel_dim``) and clamps / expands them itself.
 """
-from typing import Callable, Dict, NamedTuple, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 from torch import Tensor
 
-from ...compat import forward_ad_active, is_tracing, needs_input_grad
 from .. import backends
 from ..checks import check_channel_dim, check_input
-from ..second_derivative import refuse_second_derivative
+from ..table import Implementation, wants_composite
+from ..table import run as run_fused
 from . import cpu
-from .formula import composite, torch_forward, torch_grads
+from .formula import composite, torch_grads
 from .params import ParamLike, as_param, check_params, kernel_params
 from .params import chain_to_params
 
-__all__ = ['implementation', 'IMPLEMENTATIONS', 'FastPath', 'run']
+__all__ = [
+    'implementation', 'rebuilt_implementation', 'IMPLEMENTATIONS',
+    'OpRowCache', 'run'
+]
 
 _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 _F32 = torch.float32
 _C_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-class Implementation(NamedTuple):
-    """A forward and a backward, both of the raw parameters:
-    ``forward(name, x, kappa, lam, lambda_min, channel_dim)`` and
-    ``grads(name, x, grad_out, kappa, lam, lambda_min, channel_dim, needs)
-    -> (grad_x, grad_kappa, grad_lambda)``."""
-    forward: Callable
-    grads: Callable
-
-
-def _triton_forward(name, x, kappa, lam, lambda_min, channel_dim):
+def _triton_forward(x, kappa, lam, name, lambda_min, channel_dim):
     from .triton import eta_forward  # imports triton
     return eta_forward(name, x, *kernel_params(kappa, lam, lambda_min),
                        channel_dim)
 
 
-def _triton_grads(name, x, grad_out, kappa, lam, lambda_min, channel_dim,
-                  needs):
+def _triton_grads(grad_out, needs, x, kappa, lam, name, lambda_min,
+                  channel_dim):
     from .triton import eta_backward  # imports triton
     k, l = kernel_params(kappa, lam, lambda_min)  # noqa: E741
     grad_x, grad_k, grad_l = eta_backward(name, x, grad_out, k, l, channel_dim,
@@ -50,10 +46,11 @@ def _triton_grads(name, x, grad_out, kappa, lam, lambda_min, channel_dim,
     return (grad_x, *chain_to_params(grad_k, grad_l, kappa, lam, lambda_min))
 
 
-#: The implementations an ``autograd.Function`` runs (``op`` records its own
-#: C++ node; ``composite`` is differentiated by autograd).
+#: The implementations :class:`mmact.ops.table.FusedFunction` runs (``op``
+#: records its own C++ node; ``composite`` is differentiated by autograd),
+#: on ``(x, kappa, lam, name, lambda_min, channel_dim)``.
 IMPLEMENTATIONS: Dict[str, Implementation] = {
-    'torch': Implementation(torch_forward, torch_grads),
+    'torch': Implementation(composite, torch_grads),
     'triton': Implementation(_triton_forward, _triton_grads),
 }
 
@@ -66,8 +63,9 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     ========================================  ===========  ================
     traced (``torch.compile``, ``torch.jit``,  ``composite`` autograd's nodes
     fake tensors, dispatch modes),                         of standard ops
-    ``torch.onnx.export``, or a forward-mode
-    AD level open
+    ``torch.onnx.export``, a forward-mode
+    AD level open, or ``composite=True``
+    (:func:`~mmact.ops.table.wants_composite`)
     a tensor the Triton settings cover (CUDA  ``triton``   one Python
     float32 / float16 / bfloat16; CPU with                 ``Function``
     ``triton='all'``)                                      node
@@ -83,9 +81,12 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     requires grad) no node is recorded: ``op`` skips it in C++, ``triton``
     and ``torch`` run their forward without the ``Function``.
 
-    The C++ operator's Python entry (:class:`FastPath`) makes the ``op``
-    row's checks in C++ and returns None for any other call
-    (``tests/test_ops/test_apa_dispatch.py`` holds both to each other).
+    The ``op`` row's cache (:class:`OpRowCache`): once a call took the
+    ``op`` row, :func:`mmact.ops.apa` / ``aglu`` hand each call to the C++
+    operator's Python entry first, which makes this row's checks in C++
+    and returns None for any other call, which then comes here
+    (``tests/test_ops/test_apa/test_dispatch.py`` holds both to each
+    other).
 
     Args:
         x (Tensor): The input.
@@ -95,7 +96,7 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     Returns:
         str: ``'composite'``, ``'triton'``, ``'op'`` or ``'torch'``.
     """
-    if is_tracing() or forward_ad_active():
+    if wants_composite():
         return 'composite'  # first: tracers reject reading x.layout
     if backends.takes_triton(x):
         return 'triton'
@@ -109,11 +110,13 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     return 'torch'
 
 
-class FastPath:
-    """The operators' Python entries while the settings in force send
-    ``op`` calls to them: set by the first such call, dropped whenever
-    :func:`mmact.ops.backends.configure` runs. :func:`mmact.ops.apa` /
-    ``aglu`` hand a call to them first, outside ``torch.compile``."""
+class OpRowCache:
+    """The cache of :func:`implementation`'s ``op`` row: the operators'
+    Python entries while the settings in force send ``op`` calls to them
+    (``entries``, set by the first such call, dropped whenever
+    :func:`mmact.ops.backends.configure` runs). :func:`mmact.ops.apa` /
+    ``aglu`` hand a call to them first, outside ``torch.compile``; an
+    entry declines with None what the row would not take."""
     entries: Optional[Dict[str, Callable]] = None
 
     @classmethod
@@ -121,35 +124,73 @@ class FastPath:
         cls.entries = None
 
 
-backends.on_change(FastPath.drop)
+backends.on_change(OpRowCache.drop)
 
 
-class _EtaFunction(torch.autograd.Function):
-    """APA / AGLU with recompute-in-backward: saves only the input and the
-    raw parameters; the clamp and the expansion of a shared parameter
-    happen inside, so that autograd records one node per call."""
+def _rows_or_channels(t: Optional[Tensor], x: Tensor, rows: bool) -> bool:
+    """Whether ``t`` is None or shaped (1, C, 1, ...) or, with ``rows``,
+    (N, C, 1, ...) against ``x`` (N, C, ...)."""
+    if t is None:
+        return True
+    return (t.dim() == x.dim() and t.shape[1] == x.shape[1]
+            and all(s == 1 for s in t.shape[2:])
+            and (t.shape[0] == 1 or rows and t.shape[0] == x.shape[0]))
 
-    @staticmethod
-    def forward(ctx, name: str, x: Tensor, kappa: Tensor, lam: Tensor,
-                lambda_min: float, channel_dim: int, impl: str) -> Tensor:
-        ctx.save_for_backward(x, kappa, lam)
-        ctx.op, ctx.impl = name, impl  # not ctx.name: the node's name()
-        ctx.lambda_min, ctx.channel_dim = lambda_min, channel_dim
-        return IMPLEMENTATIONS[impl].forward(name, x, kappa, lam, lambda_min,
-                                             channel_dim)
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        x, kappa, lam = ctx.saved_tensors
-        needs = needs_input_grad(ctx, 4)[1:]
-        create_graph = torch.is_grad_enabled()
-        with torch.no_grad():
-            grads = IMPLEMENTATIONS[ctx.impl].grads(ctx.op, x, grad_out, kappa,
-                                                    lam, ctx.lambda_min,
-                                                    ctx.channel_dim, needs)
-        if create_graph:
-            grads = refuse_second_derivative(f'mmact.ops.{ctx.op}', grads)
-        return (None, *grads, None, None, None)
+def rebuilt_implementation(grad_out: Tensor,
+                           kappa: Tensor,
+                           lam: Tensor,
+                           channel_dim: int,
+                           src: Tensor,
+                           scale: Optional[Tensor] = None,
+                           shift: Optional[Tensor] = None,
+                           other: Optional[Tensor] = None,
+                           other_scale: Optional[Tensor] = None) -> str:
+    """Which implementation computes the backward at an input rebuilt from
+    ``(src, scale, shift, other, other_scale)``
+    (:func:`mmact.ops.apa.rebuilt_backward`):
+
+    ========================================  ===========================
+    call                                      runs
+    ========================================  ===========================
+    (N, C, ...) tensors of one shape,         ``src``'s row of
+    coefficients per channel (``scale`` also  :func:`implementation` if
+    per (n, c) row), parameters shared or     it is ``triton`` (and
+    along dim 1                               ``grad_out`` and ``other``
+                                              take it too) or ``op``
+                                              (float32 sources): the
+                                              kernel rebuilds the input
+                                              per element
+    anything else                             ``rebuild``: the input
+                                              rebuilt in torch, then the
+                                              backward of its row
+    ========================================  ===========================
+
+    Args:
+        grad_out (Tensor): The gradient of the activation's output.
+        kappa, lam (Tensor): The raw parameters.
+        channel_dim (int): The axis per-channel parameters follow.
+        src, scale, shift, other, other_scale: The input's sources (see
+            :func:`mmact.ops.apa.rebuild_input`).
+
+    Returns:
+        str: ``'triton'``, ``'op'`` or ``'rebuild'``.
+    """
+    per_channel = max(kappa.numel(), lam.numel()) > 1
+    if src.dim() < 2 or per_channel and channel_dim % src.dim() != 1:
+        return 'rebuild'
+    if any(t is not None and t.shape != src.shape for t in (grad_out, other)):
+        return 'rebuild'
+    coefs = ((scale, True), (shift, False), (other_scale, False))
+    if not all(_rows_or_channels(t, src, rows) for t, rows in coefs):
+        return 'rebuild'
+    impl = implementation(src, kappa, lam)
+    others = [t for t in (grad_out, other) if t is not None]
+    if impl == 'triton' and all(backends.takes_triton(t) for t in others):
+        return 'triton'
+    if impl == 'op' and all(t.dtype is _F32 for t in [src, *others]):
+        return 'op'
+    return 'rebuild'
 
 
 def run(name: str, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
@@ -174,15 +215,11 @@ def run(name: str, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     lam = lambda_ if isinstance(lambda_, Tensor) else as_param(lambda_, x)
     impl = implementation(x, kappa, lam)
     if impl == 'op':
-        FastPath.entries = cpu.operator_entries()
-        return FastPath.entries[name](x, kappa, lam, float(lambda_min),
-                                      int(channel_dim))
+        OpRowCache.entries = cpu.operator_entries()
+        return OpRowCache.entries[name](x, kappa, lam, float(lambda_min),
+                                        int(channel_dim))
     check_params(x, kappa, lam, channel_dim)  # before any expansion
+    options = (name, lambda_min, channel_dim)
     if impl == 'composite':
-        return composite(name, x, kappa, lam, lambda_min, channel_dim)
-    if not (torch.is_grad_enabled() and
-            (x.requires_grad or kappa.requires_grad or lam.requires_grad)):
-        return IMPLEMENTATIONS[impl].forward(name, x, kappa, lam, lambda_min,
-                                             channel_dim)
-    return _EtaFunction.apply(name, x, kappa, lam, lambda_min, channel_dim,
-                              impl)
+        return composite(x, kappa, lam, *options)
+    return run_fused(IMPLEMENTATIONS[impl], name, (x, kappa, lam), options)

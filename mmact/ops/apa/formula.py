@@ -26,8 +26,8 @@ from ..checks import compute_dtype
 from .params import chain_to_params, kernel_params, param_views
 
 __all__ = [
-    'eta_terms', 'eta', 'composite', 'torch_forward', 'torch_grads',
-    'apa_reference', 'aglu_reference'
+    'eta_terms', 'eta', 'composite', 'torch_grads', 'apa_reference',
+    'aglu_reference'
 ]
 
 
@@ -65,16 +65,17 @@ def _evaluate(name: str, z: Tensor, k: Tensor,
     return z * e if name == 'aglu' else e
 
 
-def composite(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+def composite(x: Tensor, kappa: Tensor, lam: Tensor, name: str,
               lambda_min: float, channel_dim: int) -> Tensor:
     """``name`` ('apa' or 'aglu') as a graph of standard ops, clamp
-    included: what export, forward-mode AD and tracing compilers run.
+    included: what export, forward-mode AD and tracing compilers run, and
+    (without a graph) the ``torch`` row's forward.
 
     Args:
-        name (str): ``'apa'`` or ``'aglu'``.
         x (Tensor): The input (half precision is evaluated in float32).
         kappa (Tensor): The raw ``kappa`` (1 or C values).
         lam (Tensor): The raw ``lambda`` (1 or C values).
+        name (str): ``'apa'`` or ``'aglu'``.
         lambda_min (float): The lower clamp of ``lam``.
         channel_dim (int): The axis per-channel values follow.
     """
@@ -82,19 +83,6 @@ def composite(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
     z = x.to(compute_dtype(x))
     k, l = param_views(x, k, l, channel_dim, z.dtype)  # noqa: E741
     return _evaluate(name, z, k, l).to(x.dtype)
-
-
-def torch_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
-                  lambda_min: float, channel_dim: int) -> Tensor:
-    """The forward without a graph (in an ``autograd.Function``, or where
-    no gradient is wanted).
-
-    Args:
-        name, x, kappa, lam, lambda_min, channel_dim: As :func:`composite`.
-    """
-    with torch.no_grad():
-        return composite(name, x, kappa.detach(), lam.detach(), lambda_min,
-                         channel_dim)
 
 
 def _dot(u: Tensor, v: Tensor, dims: Optional[list]) -> Tensor:
@@ -112,17 +100,17 @@ def _reduce_dims(x: Tensor, shape: Tuple[int, ...]) -> Optional[list]:
     return [d for d in range(x.dim()) if shape[d] == 1]
 
 
-def torch_grads(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
-                lam: Tensor, lambda_min: float, channel_dim: int,
-                needs: Sequence[bool]):
+def torch_grads(grad_out: Tensor, needs: Sequence[bool], x: Tensor,
+                kappa: Tensor, lam: Tensor, name: str, lambda_min: float,
+                channel_dim: int):
     """``(grad_x, grad_kappa, grad_lambda)`` of ``name`` at ``x`` (raw
     parameters: the clamp's chain rule included), None where not in
     ``needs``.
 
     Args:
-        name, x, kappa, lam, lambda_min, channel_dim: As :func:`composite`.
         grad_out (Tensor): The gradient of the output.
         needs (Sequence[bool]): Which of ``(x, kappa, lambda)`` need one.
+        x, kappa, lam, name, lambda_min, channel_dim: As :func:`composite`.
     """
     need_x, need_k, need_l = needs[:3]
     with torch.no_grad():

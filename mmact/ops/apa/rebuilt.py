@@ -8,9 +8,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .. import backends
 from . import cpu
-from .dispatch import IMPLEMENTATIONS, implementation
+from .dispatch import (IMPLEMENTATIONS, implementation, rebuilt_implementation)
 from .params import chain_to_params, kernel_params
 
 __all__ = ['rebuild_input', 'rebuilt_backward']
@@ -51,62 +50,25 @@ def rebuild_input(src: Tensor,
     return z
 
 
-def _rows_or_channels(t: Optional[Tensor], x: Tensor, rows: bool) -> bool:
-    """Whether ``t`` is None or shaped (1, C, 1, ...) or, with ``rows``,
-    (N, C, 1, ...) against ``x`` (N, C, ...)."""
-    if t is None:
-        return True
-    return (t.dim() == x.dim() and t.shape[1] == x.shape[1]
-            and all(s == 1 for s in t.shape[2:])
-            and (t.shape[0] == 1 or rows and t.shape[0] == x.shape[0]))
-
-
-def _kernel_rebuildable(grad_out: Tensor, src: Tensor, scale: Optional[Tensor],
-                        shift: Optional[Tensor], other: Optional[Tensor],
-                        other_scale: Optional[Tensor], per_channel: bool,
-                        channel_dim: int) -> bool:
-    """Whether a fused kernel can rebuild the input itself: (N, C, ...)
-    tensors of one shape, per-channel (or, for ``scale``, per-(n, c))
-    coefficients, parameters shared or along dim 1."""
-    if src.dim() < 2 or per_channel and channel_dim % src.dim() != 1:
-        return False
-    if any(t is not None and t.shape != src.shape for t in (grad_out, other)):
-        return False
-    coefs = ((scale, True), (shift, False), (other_scale, False))
-    return all(_rows_or_channels(t, src, rows) for t, rows in coefs)
-
-
-def _fused_rebuilt_grads(name: str, grad_out: Tensor, kappa: Tensor,
-                         lam: Tensor, lambda_min: float, channel_dim: int,
-                         needs: Sequence[bool], src: Tensor,
-                         scale: Optional[Tensor], shift: Optional[Tensor],
-                         other: Optional[Tensor],
+def _fused_rebuilt_grads(impl: str, name: str, grad_out: Tensor, kappa: Tensor,
+                         lam: Tensor, lambda_min: float, needs: Sequence[bool],
+                         src: Tensor, scale: Optional[Tensor],
+                         shift: Optional[Tensor], other: Optional[Tensor],
                          other_scale: Optional[Tensor]):
-    """``(grad_z, grad_kappa, grad_lambda)`` (raw parameters) from a fused
-    kernel that rebuilds the input itself (Triton on the Triton path, the
-    C kernel where the operators serve float32 CPU tensors), or None where
-    none applies."""
-    if not _kernel_rebuildable(grad_out, src, scale, shift, other, other_scale,
-                               max(kappa.numel(), lam.numel()) > 1,
-                               channel_dim):
-        return None
-    impl = implementation(src, kappa, lam)
-    if impl == 'triton' and all(
-            t is None or backends.takes_triton(t) for t in (grad_out, other)):
-        from .triton import eta_backward_rebuilt  # imports triton
-        k, l = kernel_params(kappa, lam, lambda_min)  # noqa: E741
-        grads = eta_backward_rebuilt(name, grad_out, k, l, src, scale, shift,
-                                     other, other_scale, needs)
-        if grads is None:  # a layout the kernel cannot index
-            return None
-        return (grads[0], *chain_to_params(*grads[1:], kappa, lam, lambda_min))
-    if impl == 'op' and all(
-            t is None or t.dtype is torch.float32
-            for t in (src, grad_out, other)):
+    """``(grad_z, grad_kappa, grad_lambda)`` (raw parameters) from the
+    kernel of ``impl`` (``'triton'`` or ``'op'``), which rebuilds the input
+    itself, or None where the Triton kernel cannot index the layout."""
+    if impl == 'op':
         return cpu.backward_rebuilt(name, grad_out, kappa, lam, lambda_min,
                                     src, scale, shift, other, other_scale,
                                     needs[1], needs[2])
-    return None
+    from .triton import eta_backward_rebuilt  # imports triton
+    k, l = kernel_params(kappa, lam, lambda_min)  # noqa: E741
+    grads = eta_backward_rebuilt(name, grad_out, k, l, src, scale, shift,
+                                 other, other_scale, needs)
+    if grads is None:
+        return None
+    return (grads[0], *chain_to_params(*grads[1:], kappa, lam, lambda_min))
 
 
 def rebuilt_backward(
@@ -156,12 +118,16 @@ def rebuilt_backward(
     kappa_grad, lambda_grad = kappa.requires_grad, lambda_.requires_grad
     kappa, lambda_ = kappa.detach(), lambda_.detach()
     needs = (True, kappa_grad, lambda_grad)
-    grads = _fused_rebuilt_grads(name, grad_out, kappa, lambda_, lambda_min,
-                                 channel_dim, needs, src, scale, shift, other,
-                                 other_scale)
+    impl = rebuilt_implementation(grad_out, kappa, lambda_, channel_dim, src,
+                                  scale, shift, other, other_scale)
+    grads = None
+    if impl != 'rebuild':
+        grads = _fused_rebuilt_grads(impl, name, grad_out, kappa, lambda_,
+                                     lambda_min, needs, src, scale, shift,
+                                     other, other_scale)
     if grads is None:
         z = rebuild_input(src, scale, shift, other, other_scale)
-        impl = implementation(z, kappa, lambda_)
-        grads = IMPLEMENTATIONS.get(impl, IMPLEMENTATIONS['torch']).grads(
-            name, z, grad_out, kappa, lambda_, lambda_min, channel_dim, needs)
+        row = implementation(z, kappa, lambda_)
+        grads = IMPLEMENTATIONS.get(row, IMPLEMENTATIONS['torch']).grads(
+            grad_out, needs, z, kappa, lambda_, name, lambda_min, channel_dim)
     return grads

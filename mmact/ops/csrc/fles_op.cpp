@@ -273,7 +273,7 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
       });
       out[0] = should_compute_output(0) ? gx : at::Tensor();
     }
-    return mmact::once_differentiable(std::move(out), "fles");
+    return mmact::once_differentiable(std::move(out), "fles_fused");
   }
 };
 

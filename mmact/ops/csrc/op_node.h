@@ -54,9 +54,12 @@ inline torch::autograd::variable_list once_differentiable(
       g.set_requires_grad(true);
     }
   }
+  // the words of mmact/ops/second_derivative.py, the one rule
   torch::autograd::DelayedError error(
-      "mmact::" + name +
-          " cannot be differentiated twice (its backward is a fused kernel)",
+      "mmact.ops." + name +
+          " cannot be differentiated twice (its backward is written out, "
+          "not recorded by autograd; run the composite for a second "
+          "derivative: mmact.ops.backends.using(composite=True))",
       static_cast<int>(grads.size()));
   return error.apply(std::move(grads));
 }

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .gates import NATIVE_BASE, fles_gate_and_grad, gate_inplace
+from .gates import check_gate, fles_gate_and_grad
 from .geometry import (WindowGeometry, window_area, window_coverage,
                        window_scatter, window_sum)
 from .indicators import (float_mask, indicator_transform,
@@ -95,7 +95,7 @@ def apply_overlapping(xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
     for sl in _blocks(xf.shape[0], block):
         xs, buf = xf[sl], out[sl]
         torch.mul(xs, window_scatter(ko[sl], geom) / cover, out=buf)
-        gate_inplace(buf, gate)
+        check_gate(gate).inplace(buf)
         buf.mul_(xs).mul_(window_scatter(kv[sl], geom) / cover)
 
 
@@ -103,8 +103,8 @@ def apply_tiles(xf: Tensor, kv: Tensor, ko: Tensor, geom: WindowGeometry,
                 gate: str, block: int, out: Tensor) -> None:
     """``out = k_ve / (c k_ho) * base(c k_ho x)`` on tiles / global."""
     tiling = Tiling(geom)
-    base, _, cst = NATIVE_BASE[gate]
-    ko_c = ko * cst
+    row = check_gate(gate)
+    base, ko_c = row.base, ko * row.c
     ratio = kv / ko_c
     for sl in _blocks(xf.shape[0], block):
         buf = out[sl]
@@ -146,7 +146,8 @@ def gate_grads_tiles(xf: Tensor, gf: Tensor, kv: Tensor, ko: Tensor,
     """Gradients through the gate on tiles / global (native kernels)."""
     planes = xf.shape[0]
     tiling = Tiling(geom)
-    base, base_grad, cst = NATIVE_BASE[gate]
+    row = check_gate(gate)
+    base, base_grad, cst = row.base, row.base_grad, row.c
     ko_c = ko * cst
     s_hu = xf.new_empty(planes, *geom.grid)
     s_gb = xf.new_empty(planes, *geom.grid)

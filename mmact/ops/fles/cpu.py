@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..cpu_build import extension
+from .gates import FLES_GATES
 from .geometry import WindowGeometry
 
 __all__ = [
@@ -40,8 +41,9 @@ __all__ = [
     'operator_entry', 'stats', 'apply', 'gate_backward', 'indicator_backward'
 ]
 
-#: Gates and indicator modes the kernels evaluate (others: torch).
-KERNEL_GATES = ('sigmoid', 'tanh_gate', 'erf', 'tanh_softplus')
+#: Gates and indicator modes the kernels evaluate (others: torch): every
+#: gate of :data:`~.gates.GATES` (``csrc/fles_op.cpp`` takes its name).
+KERNEL_GATES = FLES_GATES
 KERNEL_MODES = ('positive', 'mean')
 
 #: The largest scale MLP the operator runs as loops, as ``n * grid * C * h *

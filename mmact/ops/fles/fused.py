@@ -20,137 +20,32 @@ Each stage is labelled for ``torch.profiler`` (``fles.*``).
 
 CUDA tensors with tiles or a global window and the ``positive`` / ``mean``
 indicators run on the Triton kernels of :mod:`mmact.ops.fles.triton_path`.
+Traced calls, forward-mode AD and ``composite=True`` run the composite,
+:func:`~.scales.fles_reference`.
 
-:func:`_implementation` decides which of these runs, once per call, from
-the input and the backends in force (:mod:`mmact.ops.backends`).
+:func:`.dispatch.implementation` decides which of these runs, once per
+call, from the input and the backends in force (:mod:`mmact.ops.backends`).
 """
 from contextlib import contextmanager, nullcontext
-from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 from torch.profiler import record_function
 
-from ...compat import forward_ad_active, is_tracing
-from .. import backends
+from ...compat import is_tracing
+from ..second_derivative import differentiable_once
 from . import cpu
 from .blocked import (apply_overlapping, apply_tiles, gate_grads_overlapping,
                       gate_grads_tiles, indicator_grads, indicator_stats)
+from .dispatch import Plan, implementation
 from .gates import check_gate
 from .geometry import WindowGeometry
 from .indicators import check_indicator
-from .scales import (K_HO_MIN, ScaleFn, fles_mlp_scales,
-                     fles_shared_mlp_scales, scales_vjp)
+from .scales import (K_HO_MIN, ScaleFn, fles_mlp_scales, fles_reference,
+                     scales_vjp)
 
-__all__ = ['fles_fused', 'operator_window', 'operator_entry']
-
-
-class _Plan(NamedTuple):
-    """How :func:`fles_fused` runs on one input."""
-    name: str  # 'triton', 'operator', 'passes' or 'torch'
-    c_stats: bool = False  # indicator statistics and their backward in C
-    c_gate: bool = False  # gate application and its backward in C
-    #: the whole op's C++ entry (name 'operator'), else None
-    operator: Optional[Callable] = None
-
-
-_TORCH = _Plan('torch')
-_TRITON = _Plan('triton')
-_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
-#: The scale functions the C++ operator evaluates (its MLP layouts).
-_OPERATOR_SCALES = (fles_mlp_scales, fles_shared_mlp_scales)
-
-
-def _implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
-                    scale_fn: ScaleFn, params: Sequence[Tensor]) -> _Plan:
-    """Which implementation runs FleS on ``x``: the one place this is
-    decided.
-
-    ==========================================  ==========================
-    call                                        runs
-    ==========================================  ==========================
-    traced (``torch.compile``, ``torch.jit``,   ``torch``
-    fake tensors, dispatch modes)
-    a tensor the Triton settings cover, tiles   ``triton``: the whole op
-    or a global window, a gate and indicator    (:mod:`.triton_path`)
-    the kernels have
-    plain contiguous float32 CPU tensor, tiles  ``operator``: the whole op
-    or a global window, C kernels on and        as ``torch.ops.mmact.fles``
-    built, a gate and indicator the kernels     (``csrc/fles_op.cpp``)
-    have, an MLP layout of :mod:`.scales`
-    with plain float32 CPU weights of at most
-    :data:`~.cpu.LOOP_MACS` multiply-adds, no
-    forward-mode AD
-    the same but another gate, indicator,       ``passes``: the pixel
-    scale function or a larger MLP              passes whose gate /
-                                                indicator the C kernels
-                                                have, the rest in torch
-    anything else                               ``torch``
-    ==========================================  ==========================
-
-    Where no gradient is wanted no node is recorded (the operator skips
-    it; the other rows run their forward without the ``Function``).
-
-    The operator's Python entry takes the ``operator`` calls (these checks
-    in C++) and declines the others with None: FleS layers call it first
-    for the map sizes that took it (:func:`operator_window`).
-    """
-    if is_tracing():  # first: tracers reject reading x.layout
-        return _TORCH
-    if backends.takes_triton(x):
-        from . import triton_path  # imports triton
-        return _TRITON if triton_path.supported(geom, gate, mode) else _TORCH
-    if (x.is_cpu and x.dtype is torch.float32 and type(x) in _PLAIN_TYPES
-            and x.layout == torch.strided and x.is_contiguous()
-            and not geom.overlapping and backends.settings().cpu_kernels):
-        entry = cpu.operator_entry()
-        if entry is None:
-            return _TORCH
-        plan = _Plan('passes', mode in cpu.KERNEL_MODES, gate
-                     in cpu.KERNEL_GATES)
-        if (plan.c_stats and plan.c_gate and scale_fn in _OPERATOR_SCALES
-                and not forward_ad_active()
-                and cpu.loop_sized(x, geom, params[0].shape[-2]) and all(
-                    p.dtype is torch.float32 and p.is_cpu
-                    and type(p) in _PLAIN_TYPES for p in params)):
-            return _Plan('operator', operator=entry)
-        return plan
-    return _TORCH
-
-
-#: The operator's Python entry while the settings in force send calls to
-#: it: set by a call that took it, dropped when
-#: :func:`mmact.ops.backends.configure` runs.
-_entry: Optional[Callable] = None
-
-
-def _drop_entry() -> None:
-    global _entry
-    _entry = None
-
-
-backends.on_change(_drop_entry)
-
-
-def operator_entry() -> Optional[Callable]:
-    """The C++ operator's Python entry, ``(x, fc1_weight, fc1_bias,
-    fc2_weight, fc2_bias, kh, kw, gate, mode, k_ho_min)``, once a call took
-    it under
-    the settings in force (else None). It takes the calls
-    :func:`_implementation` sends to the operator and returns None for the
-    others."""
-    return _entry
-
-
-def operator_window(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
-                    scale_fn: ScaleFn,
-                    params: Sequence[Tensor]) -> Optional[Tuple[int, int]]:
-    """The operator's window ``(kh, kw)`` when :func:`fles_fused` on these
-    arguments runs the operator, else None: a caller that remembers it per
-    input shape can call :func:`operator_entry` directly the next time."""
-    plan = _implementation(x, geom, gate, mode, scale_fn, params)
-    return geom.window if plan.name == 'operator' else None
+__all__ = ['fles_fused']
 
 
 def _stage(name: str):
@@ -194,7 +89,7 @@ def _fles_forward(x: Tensor,
                   eta: float,
                   scale_fn: ScaleFn,
                   block: int,
-                  plan: _Plan,
+                  plan: Plan,
                   gamma: Optional[Tensor],
                   beta: Optional[Tensor],
                   params: Sequence[Tensor],
@@ -243,13 +138,14 @@ class _FleSFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, geom: WindowGeometry, gate: str, mode: str,
-                eta: float, scale_fn: ScaleFn, block: int, plan: _Plan,
+                eta: float, scale_fn: ScaleFn, block: int, plan: Plan,
                 gamma: Optional[Tensor], beta: Optional[Tensor], *params:
                 Tensor) -> Tensor:
         out, ind, count, ctx.vjp = _fles_forward(x, geom, gate, mode, eta,
                                                  scale_fn, block, plan, gamma,
                                                  beta, params, True)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
+        ctx.op = 'fles_fused'
         ctx.block, ctx.plan = block, plan
         ctx.has_gamma = gamma is not None
         extra = [gamma, beta] if gamma is not None else []
@@ -258,7 +154,7 @@ class _FleSFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad_out: Tensor):
         x, ind, count, *rest = ctx.saved_tensors
         gamma = beta = None
@@ -315,7 +211,8 @@ def fles_fused(x: Tensor,
 
     Same result as :func:`~mmact.ops.fles.fles_reference` (up to rounding);
     saves only ``x`` for backward (plus the tiny indicator grid and
-    parameters). Not twice differentiable.
+    parameters). Its fused rows are not twice differentiable: the
+    composite is (``mmact.ops.backends.using(composite=True)``).
 
     Args:
         x: ``(N, C, H, W)``.
@@ -332,10 +229,11 @@ def fles_fused(x: Tensor,
     if x.dim() != 4:
         raise ValueError(f'fles_fused expects (N, C, H, W), got {x.shape}')
     x = x.contiguous()
-    plan = _implementation(x, geom, gate, mode, scale_fn, params)
+    plan = implementation(x, geom, gate, mode, scale_fn, params)
+    if plan.name == 'composite':
+        return fles_reference(x, geom, params, gate, mode, gamma, beta, eta,
+                              scale_fn)
     if plan.name == 'operator':
-        global _entry
-        _entry = plan.operator
         return plan.operator(x, *params, *geom.window, gate, mode, K_HO_MIN)
     if plan.name == 'triton':
         from .triton_path import fles_triton

@@ -14,21 +14,16 @@ from typing import NamedTuple, Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from ..second_derivative import differentiable_once
+from .gates import GATES
 from .geometry import WindowGeometry, window_area
 from .scales import ScaleFn, scales_vjp
 
 __all__ = ['supported', 'fles_triton']
 
-#: gate -> (kernel gate code, c) with rho(z) = base(c z) (tanh_gate is the
-#: sigmoid of 2 z).
-_GATES = {
-    'sigmoid': (0, 1.0),
-    'tanh_gate': (0, 2.0),
-    'erf': (1, 1.0),
-    'tanh_softplus': (2, 1.0)
-}
+#: gate -> (kernel gate code, c), from the gate table.
+_GATES = {name: (gate.kernel, gate.c) for name, gate in GATES.items()}
 _MODES = ('positive', 'mean')
 # Elements of one tile of rows x columns.
 _TILE = 2048
@@ -135,11 +130,12 @@ class _FleSTriton(torch.autograd.Function):
             BLOCK_R=bands.block_r,
             BLOCK_W=bands.block_w)
         ctx.geom, ctx.gate, ctx.mode, ctx.scale_fn = geom, gate, mode, scale_fn
+        ctx.op = 'fles_fused'
         ctx.save_for_backward(x, ind, count, *params)
         return y.view_as(x)
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad_out: Tensor):
         x, ind, count, *params = ctx.saved_tensors
         geom, (code, cst) = ctx.geom, _GATES[ctx.gate]

@@ -11,8 +11,8 @@ from torch.nn.parameter import UninitializedParameter
 
 import mmact  # noqa: F401
 from mmact.models.activations import FleS
+from mmact.ops import backends
 from mmact.ops.fles import cpu as fles_cpu
-from mmact.ops.fles import fused as fused_mod
 from mmact.ops.fles import fles_gate
 
 K0 = math.log1p(math.exp(0.6))  # softplus(0.6) ~= 1.0375
@@ -249,46 +249,49 @@ def test_fused_and_composite_agree_in_module():
 @pytest.mark.skipif(
     fles_cpu.operator_entry() is None,
     reason='no C++ compiler or ninja: the CPU extension is not built')
-def test_layer_calls_the_operator_entry_for_shapes_that_took_it(monkeypatch):
-    """A map shape whose call took the C++ operator goes straight to its
-    entry the next time (same values and gradients, no Python dispatch);
-    other shapes, layouts, a config change and a backends change go
-    through the dispatch again."""
+def test_layer_remembers_the_shapes_that_took_the_operator():
+    """A map shape whose call took the C++ operator is remembered in the
+    layer's cache of the table's ``operator`` row, whose call (the
+    operator's entry) gives the same values and gradients; other shapes,
+    layouts and dtypes are not remembered, a backends change drops the
+    entry and a config change the shapes."""
     torch.manual_seed(6)
     m = randomize(FleS(channels=8, reduction=4, window_size=(3, 4)))
     x = torch.randn(2, 8, 6, 8, requires_grad=True)
     y1 = m(x)
-    assert dict(m._operator_windows) == {x.shape: (3, 4)}
+    windows = m.operator_windows
+    assert windows.windows == {x.shape: (3, 4)}
+    assert windows.entry is not None
+    params = [m.fc1_weight, m.fc1_bias, m.fc2_weight, m.fc2_bias]
     g1 = torch.autograd.grad(y1.square().sum(), [x, *m.parameters()])
-    calls = []
-    dispatch = FleS._channels_first
-    monkeypatch.setattr(FleS, '_channels_first',
-                        lambda *a: calls.append(1) or dispatch(*a))
-    y2 = m(x)
-    assert calls == [] and y2.grad_fn.name() == 'mmact::fles_backward'
+    y2 = windows(x, params, m.gate, m.indicator)
+    assert y2.grad_fn.name() == 'mmact::fles_backward'
     g2 = torch.autograd.grad(y2.square().sum(), [x, *m.parameters()])
     torch.testing.assert_close(y2, y1)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b)
+    torch.testing.assert_close(m(x), y1)
     m(x[:, :, :5])  # another shape, a view (not contiguous)
     m(x.detach().double())  # declined by the entry
-    assert len(calls) == 2 and list(m._operator_windows) == [x.shape]
-    with fused_mod.backends.using(cpu_kernels=False):
-        assert fused_mod.operator_entry() is None
+    assert windows(x.detach().double(), params, m.gate, m.indicator) is None
+    assert list(windows.windows) == [x.shape]
+    with backends.using(cpu_kernels=False):
+        assert windows.entry is None
+        assert windows(x, params, m.gate, m.indicator) is None
         torch.testing.assert_close(m(x), y1)
-        assert len(calls) == 3
-    m(x)  # takes the operator again through the dispatch
-    assert len(calls) == 4 and fused_mod.operator_entry() is not None
+    m(x)  # takes the operator again through the table
+    assert windows.entry is not None
     m.fused = False
-    assert m._operator_windows == {}
+    assert windows.windows == {}
     torch.testing.assert_close(m(x), y1)
-    assert len(calls) == 5
+    assert windows.windows == {}
     # tokens and channels_last maps are never remembered
     tokens = FleS(channels=8, reduction=4)
     tokens(torch.randn(2, 12, 8))
     last = FleS(channels=8, reduction=4, data_format='channels_last')
     last(torch.randn(2, 6, 8, 8))
-    assert tokens._operator_windows == {} == last._operator_windows
+    assert not tokens.operator_windows.windows
+    assert not last.operator_windows.windows
 
 
 @pytest.mark.skipif(
@@ -310,7 +313,8 @@ def test_operator_entry_ignores_autocast(channels, remembered,
     assert (macs <= fles_cpu.LOOP_MACS) == remembered
     with torch.no_grad():
         want = m(x)
-        assert list(m._operator_windows) == ([x.shape] if remembered else [])
+        assert list(
+            m.operator_windows.windows) == ([x.shape] if remembered else [])
         with torch.autocast('cpu', dtype=cpu_autocast_dtype):
             got = m(x)
     assert got.dtype == torch.float32

@@ -5,6 +5,7 @@ CPU runs."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,7 +120,7 @@ def test_fused_equals_torch_path(name):
     x, k, lam, go = _inputs((2, 16, 16, 16), 16, seed=3)
     fused = _run(op, x, k, lam, 1, go, f'mmact::{name}_backward')
     with backends.using(cpu_kernels=False):
-        plain = _run(op, x, k, lam, 1, go, '_EtaFunctionBackward')
+        plain = _run(op, x, k, lam, 1, go, 'FusedFunctionBackward')
     torch.testing.assert_close(fused[0], plain[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fused[1], plain[1], rtol=1e-5, atol=1e-5)
     # parameter gradients are float32 sums of 8192 terms in another order
@@ -210,7 +211,7 @@ def test_forward_mode_ad_carries_tangents(name):
 def test_operator_entry_takes_what_dispatch_sends(name):
     """The operators' Python entries take the calls the Python dispatch
     sends to ``op`` and decline (None) the others, which it decides
-    (test_apa_dispatch.py holds the whole rule to the table); the
+    (test_dispatch.py holds the whole rule to the table); the
     operators refuse other devices with an error that says what they
     take."""
     entry = _entries()[name]
@@ -250,17 +251,17 @@ def test_settings_change_drops_the_operator_entries():
     kernels off takes effect on the next call."""
     x, k, lam, _ = _inputs((2, 8, 3), 8)
     want = aglu(x, k, lam)
-    assert dispatch.FastPath.entries == _entries()
-    assert dispatch.FastPath.entries['aglu'] == _entries()['aglu']
+    assert dispatch.OpRowCache.entries == _entries()
+    assert dispatch.OpRowCache.entries['aglu'] == _entries()['aglu']
     with backends.using(cpu_kernels=False):
-        assert dispatch.FastPath.entries is None
+        assert dispatch.OpRowCache.entries is None
         y = aglu(x.requires_grad_(), k, lam)
-        assert y.grad_fn.name() == '_EtaFunctionBackward'
-        assert dispatch.FastPath.entries is None
+        assert y.grad_fn.name() == 'FusedFunctionBackward'
+        assert dispatch.OpRowCache.entries is None
     torch.testing.assert_close(y, want)
-    assert dispatch.FastPath.entries is None
+    assert dispatch.OpRowCache.entries is None
     assert aglu(x, k, lam).grad_fn.name() == 'mmact::aglu_backward'
-    assert dispatch.FastPath.entries == _entries()
+    assert dispatch.OpRowCache.entries == _entries()
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
@@ -277,10 +278,10 @@ def test_second_derivative_raises(name, dtype):
     for a, b in zip(got, want):
         assert a.requires_grad and torch.equal(a, b)
     penalty = y.sum() + got[0].square().sum()
-    where = f'mmact::{name}' if dtype == torch.float32 else (
-        f'mmact.ops.{name}')
     with pytest.raises(
-            RuntimeError, match=f'{where} cannot be differentiated twice'):
+            RuntimeError,
+            match=f'mmact.ops.{name} cannot be differentiated '
+            'twice'):
         penalty.backward()
 
 
@@ -369,7 +370,7 @@ def _check_op(name, shape, channel_dim, isa):
     got = _run(OPS[name], x, k, lam, channel_dim, go,
                f'mmact::{name}_backward')
     want = _run(OPS[name], x.double(), k.double(), lam.double(), channel_dim,
-                go.double(), '_EtaFunctionBackward')
+                go.double(), 'FusedFunctionBackward')
     for a, b, what in zip(got, want, ('out', 'grad_x', 'grad_k', 'grad_l')):
         assert a.dtype == torch.float32 and a.shape == b.shape, what
         torch.testing.assert_close(
@@ -450,9 +451,7 @@ def test_every_isa_build_matches_float64(isa):
     script = (f'import runpy; runpy.run_path({__file__!r})'
               f'["check_build"]({isa!r}, {_cache_dir()!r})')
     proc = subprocess.run([sys.executable, '-c', script],
-                          cwd=os.path.dirname(
-                              os.path.dirname(
-                                  os.path.dirname(os.path.abspath(__file__)))),
+                          cwd=Path(__file__).resolve().parents[3],
                           env=env,
                           capture_output=True,
                           text=True,

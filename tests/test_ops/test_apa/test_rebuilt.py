@@ -5,26 +5,12 @@ import pytest
 import torch
 
 from mmact.ops import aglu, apa, backends
-from mmact.ops.apa import cpu, rebuild_input, rebuilt, rebuilt_backward
+from mmact.ops.apa import rebuild_input, rebuilt_backward
+from mmact.ops.apa.dispatch import rebuilt_implementation
 from mmact.ops.cpu_build import extension
 
 OPS = {'apa': apa, 'aglu': aglu}
 LAMBDA_MIN = 0.05
-
-
-@pytest.fixture
-def kernel_calls(monkeypatch):
-    """The ops (``'apa'`` / ``'aglu'``) the fused C kernel that rebuilds
-    its input was called for."""
-    calls = []
-    real = cpu.backward_rebuilt
-
-    def counted(name, *args):
-        calls.append(name)
-        return real(name, *args)
-
-    monkeypatch.setattr(cpu, 'backward_rebuilt', counted)
-    return calls
 
 
 def _case(dtype, nk, nl, spatial_scale=False, seed=0):
@@ -55,15 +41,18 @@ def _autograd(name, sources, kappa, lam, go):
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('nk,nl', [(1, 1), (8, 8), (8, 1), (1, 8)])
 @pytest.mark.parametrize('fused', [False, True])
-def test_matches_autograd(name, nk, nl, fused, kernel_calls):
-    """float32 CPU sources take the fused C kernel (its one call counted),
+def test_matches_autograd(name, nk, nl, fused, mmact_ops):
+    """float32 CPU sources take the fused C kernel (its one call seen),
     float64 ones the torch rebuild: both give autograd's gradients."""
     if fused and extension() is None:
         pytest.skip('no C++ compiler or ninja: no fused CPU kernel')
     dtype = torch.float32 if fused else torch.float64
     sources, kappa, lam, go = _case(dtype, nk, nl)
-    got = rebuilt_backward(name, go, kappa, lam, LAMBDA_MIN, 1, *sources)
-    assert kernel_calls == ([name] if fused else [])
+    assert rebuilt_implementation(go, kappa, lam, 1,
+                                  *sources) == ('op' if fused else 'rebuild')
+    with mmact_ops() as ran:
+        got = rebuilt_backward(name, go, kappa, lam, LAMBDA_MIN, 1, *sources)
+    assert ran == ([f'mmact::{name}_backward_rebuilt'] if fused else [])
     want = _autograd(name, sources, kappa, lam, go)
     tol = dict(rtol=1e-4, atol=1e-5) if fused else dict(rtol=1e-10, atol=1e-12)
     for a, b, what in zip(got, want, ('grad_z', 'grad_kappa', 'grad_l')):
@@ -73,22 +62,24 @@ def test_matches_autograd(name, nk, nl, fused, kernel_calls):
     assert not got[2][:2].any()
 
 
-def test_torch_fallback(kernel_calls):
+def test_torch_fallback(mmact_ops):
     """Without the kernel, and for a scale the kernel cannot index
     (per position), z is rebuilt with torch: same gradients."""
     sources, kappa, lam, go = _case(torch.float32, 8, 8, seed=1)
     want = _autograd('aglu', sources, kappa, lam, go)
-    with backends.using(cpu_kernels=False):
+    with backends.using(cpu_kernels=False), mmact_ops() as ran:
+        assert rebuilt_implementation(go, kappa, lam, 1, *sources) == 'rebuild'
         got = rebuilt_backward('aglu', go, kappa, lam, LAMBDA_MIN, 1, *sources)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     sources, kappa, lam, go = _case(torch.float32, 8, 8, True, seed=2)
-    assert not rebuilt._kernel_rebuildable(go, *sources, True, 1)
-    got = rebuilt_backward('apa', go, kappa, lam, LAMBDA_MIN, 1, *sources)
+    assert rebuilt_implementation(go, kappa, lam, 1, *sources) == 'rebuild'
+    with mmact_ops() as more:
+        got = rebuilt_backward('apa', go, kappa, lam, LAMBDA_MIN, 1, *sources)
     want = _autograd('apa', sources, kappa, lam, go)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert kernel_calls == []
+    assert ran == [] == more
 
 
 def test_frozen_parameters_and_bad_name():
@@ -125,15 +116,18 @@ def test_lambda_at_its_floor_gets_no_gradient_on_either_path(name):
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_half_sources_are_rebuilt_with_torch(dtype, kernel_calls):
+def test_half_sources_are_rebuilt_with_torch(dtype, mmact_ops):
     """Half-precision sources never reach the rebuilding C kernel (it reads
     float32); the input is rebuilt with torch and the torch backward runs
     on it: the same gradients as autograd."""
     sources, kappa, lam, go = _case(torch.float32, 8, 8, seed=3)
     sources = tuple(t.to(dtype) for t in sources)
-    got = rebuilt_backward('aglu', go.to(dtype), kappa, lam, LAMBDA_MIN, 1,
-                           *sources)
+    assert rebuilt_implementation(go.to(dtype), kappa, lam, 1,
+                                  *sources) == 'rebuild'
+    with mmact_ops() as ran:
+        got = rebuilt_backward('aglu', go.to(dtype), kappa, lam, LAMBDA_MIN, 1,
+                               *sources)
     want = _autograd('aglu', sources, kappa, lam, go.to(dtype))
-    assert got[0].dtype == dtype and kernel_calls == []
+    assert got[0].dtype == dtype and ran == []
     for a, b in zip(got, want):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)

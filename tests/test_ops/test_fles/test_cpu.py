@@ -2,7 +2,7 @@
 op as the torch operator ``mmact::fles`` (plan ``operator``) and the pixel
 passes around the torch MLP (plan ``passes``), for the host's build here
 and for every ISA's build in a subprocess of its own."""
-import importlib
+import importlib.util
 import os
 import os.path as osp
 import subprocess
@@ -16,8 +16,7 @@ from mmact.ops.cpu_build import ISAS, _cache_dir, host_isa, supported_isas
 from mmact.ops.fles import (cpu, fles_fused, fles_mlp_scales, fles_reference,
                             fles_shared_mlp_scales, window_geometry)
 from mmact.ops.fles.cpu import KERNEL_GATES, LOOP_MACS, operator_entry
-
-fused_mod = importlib.import_module('mmact.ops.fles.fused')
+from mmact.ops.fles.dispatch import implementation
 
 pytestmark = pytest.mark.skipif(
     operator_entry() is None,
@@ -46,7 +45,12 @@ def _shared(ind, *params):
 
 LAYOUTS = {'per_head': fles_mlp_scales, 'shared': fles_shared_mlp_scales}
 PASSES_LAYOUTS = {'per_head': _per_head, 'shared': _shared}
-PASSES = ('stats', 'apply', 'gate_backward', 'indicator_backward')
+#: The pass operators, in the order a training step calls them.
+PASSES = [
+    f'mmact::fles_{name}'
+    for name in ('stats', 'apply', 'gate_backward', 'indicator_backward')
+]
+OPERATOR = ['mmact::fles', 'mmact::fles_backward']
 
 
 @pytest.fixture(params=['operator', 'passes'])
@@ -74,26 +78,7 @@ def _grads(x, params, geom, gate, mode, go, fn, scale_fn):
     return [y.detach()] + list(grads)
 
 
-def _spy(monkeypatch):
-    """Records the calls of the operator's entry (``'operator'``) and of
-    the C passes (their names)."""
-    calls = []
-    entry = cpu.operator_entry()
-    # fles_fused remembers the entry it took: restored after the test
-    monkeypatch.setattr(fused_mod, '_entry', fused_mod._entry)
-    monkeypatch.setattr(
-        cpu, 'operator_entry',
-        lambda: lambda *a: calls.append('operator') or entry(*a))
-
-    def recorded(name, real):
-        return lambda *a: calls.append(name) or real(*a)
-
-    for name in PASSES:
-        monkeypatch.setattr(cpu, name, recorded(name, getattr(cpu, name)))
-    return calls
-
-
-def _check(monkeypatch,
+def _check(mmact_ops,
            h,
            w,
            window,
@@ -114,10 +99,10 @@ def _check(monkeypatch,
     params = _params(c, 3, seed, layout)
     geom = window_geometry(h, w, window)
     scale_fn = (LAYOUTS if path == 'operator' else PASSES_LAYOUTS)[layout]
-    calls = _spy(monkeypatch)
-    got = _grads(x, params, geom, gate, mode, go, fles_fused, scale_fn)
+    with mmact_ops() as ran:
+        got = _grads(x, params, geom, gate, mode, go, fles_fused, scale_fn)
     # the operator runs alone; the passes run each once, all in C
-    assert calls == (['operator'] if path == 'operator' else list(PASSES))
+    assert ran == (OPERATOR if path == 'operator' else PASSES)
     want = _grads(x.double(), [p.double() for p in params], geom, gate, mode,
                   go.double(), fles_reference, LAYOUTS[layout])
     names = ['out', 'grad_x', 'fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
@@ -140,8 +125,8 @@ def _check(monkeypatch,
 @pytest.mark.parametrize('mode', ['positive', 'mean'])
 @pytest.mark.parametrize('layout', ['per_head', 'shared'])
 def test_kernel_matches_float64(h, w, window, gate, mode, layout, path,
-                                monkeypatch):
-    _check(monkeypatch, h, w, window, gate, mode, path=path, layout=layout)
+                                mmact_ops):
+    _check(mmact_ops, h, w, window, gate, mode, path=path, layout=layout)
 
 
 def _isa_checks(isa: str, cache_dir: str) -> None:
@@ -154,13 +139,18 @@ def _isa_checks(isa: str, cache_dir: str) -> None:
     assert module is not None
     assert osp.dirname(module.__file__).startswith(
         osp.join(cache_dir, f'mmact_cpu_{isa}_')), module.__file__
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for path in ('operator', 'passes'):
-            for gate in KERNEL_GATES:
-                _check(monkeypatch, 11, 17, (3, 5), gate, 'positive', 1, path)
-                _check(monkeypatch, 7, 9, None, gate, 'positive', 1, path)
-            _check(monkeypatch, 10, 6, (4, 6), 'erf', 'mean', 1, path,
-                   'shared')
+    # the recorder of tests/test_ops/conftest.py (no fixtures here)
+    spec = importlib.util.spec_from_file_location(
+        'test_ops_conftest',
+        osp.join(osp.dirname(__file__), '..', 'conftest.py'))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    record = conftest.recording
+    for path in ('operator', 'passes'):
+        for gate in KERNEL_GATES:
+            _check(record, 11, 17, (3, 5), gate, 'positive', 1, path)
+            _check(record, 7, 9, None, gate, 'positive', 1, path)
+        _check(record, 10, 6, (4, 6), 'erf', 'mean', 1, path, 'shared')
     print(f'{isa}: checked')
 
 
@@ -197,7 +187,7 @@ def test_every_isa_build_matches_float64(isa):
 
 
 @pytest.mark.parametrize('mode', ['softplus', 'quasi_linear'])
-def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
+def test_other_indicators_mix_torch_and_kernel(mode, mmact_ops):
     """Indicators the kernels lack run in torch; the gate still in C."""
     g = torch.Generator().manual_seed(2)
     c = 4
@@ -222,9 +212,9 @@ def test_other_indicators_mix_torch_and_kernel(mode, monkeypatch):
         return [y.detach()] + list(
             torch.autograd.grad(y, leaves, go.to(y.dtype), allow_unused=True))
 
-    calls = _spy(monkeypatch)
-    got = run(x, params, gamma, beta, fles_fused)
-    assert calls == ['apply', 'gate_backward']
+    with mmact_ops() as ran:
+        got = run(x, params, gamma, beta, fles_fused)
+    assert ran == ['mmact::fles_apply', 'mmact::fles_gate_backward']
     want = run(x.double(), [p.double() for p in params], gamma.double(),
                beta.double(), fles_reference)
     for a, b in zip(got, want):
@@ -249,8 +239,8 @@ def test_dispatch():
              mode='positive',
              scale_fn=None,
              params=params):
-        return fused_mod._implementation(x, geom, gate, mode, scale_fn
-                                         or fles_mlp_scales, params)
+        return implementation(x, geom, gate, mode, scale_fn or fles_mlp_scales,
+                              params)
 
     def parts(p):
         return p.name, p.c_stats, p.c_gate
@@ -282,7 +272,9 @@ def test_dispatch():
                       'quasi_linear')) == ('passes', False, True)
     import torch.autograd.forward_ad as fwAD
     with fwAD.dual_level():
-        assert parts(plan(x, tiles)) == ('passes', True, True)
+        assert plan(x, tiles).name == 'composite'
+    with backends.using(composite=True):
+        assert plan(x, tiles).name == 'composite'
     # no C kernel at all
     assert plan(x, window_geometry(8, 8, (3, 3), (2, 2))).name == 'torch'
     assert plan(x.double(), tiles).name == 'torch'

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from mmact.ops.fles import (FLES_GATES, K_HO_MIN, fles_apply, fles_fused,
                             fles_gate, fles_gate_and_grad, fles_indicator,
-                            fles_mlp_scales, fles_proto_scales,
-                            fles_reference, window_expand, window_geometry)
+                            fles_mlp_scales, fles_proto_scales, fles_reference,
+                            window_expand, window_geometry)
 
 DT = torch.float64
 
@@ -41,7 +41,12 @@ def loop_transform(v, mode, gamma_c=1.0, beta_c=0.0, eta=0.1):
     return v
 
 
-def loop_indicator(x, window, stride, mode='positive', gamma=None, beta=None,
+def loop_indicator(x,
+                   window,
+                   stride,
+                   mode='positive',
+                   gamma=None,
+                   beta=None,
                    eta=0.1):
     n, c, h, w = x.shape
     wins = loop_windows(h, w, window, stride)
@@ -184,8 +189,8 @@ def test_quasi_linear_is_continuous_at_eta():
     x = torch.tensor([[[[eta - 1e-9, eta, eta + 1e-9]]]], dtype=DT)
     geom = window_geometry(1, 3, (1, 1))
     vals = fles_indicator(x, geom, 'quasi_linear', eta=eta).flatten()
-    torch.testing.assert_close(vals, torch.full_like(vals, eta), atol=1e-8,
-                               rtol=0)
+    torch.testing.assert_close(
+        vals, torch.full_like(vals, eta), atol=1e-8, rtol=0)
 
 
 @pytest.mark.parametrize('h,w,window,stride', GEOMS)
@@ -414,3 +419,25 @@ def test_scale_mlp_of_small_grid_runs_on_one_thread():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(old)
+
+
+def test_onnx_export_runs_the_composite_and_matches_onnxruntime(tmp_path):
+    """Export goes through the table's composite row (no export branch):
+    onnxruntime gives the layer's values (the whole-map indicator)."""
+    ort = pytest.importorskip('onnxruntime')
+    from mmact.compat import TORCHSCRIPT_ONNX_EXPORT
+    from mmact.models.activations import FleS
+    torch.manual_seed(3)
+    m = FleS(channels=8, reduction=4).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    x = torch.randn(2, 8, 6, 8)
+    path = str(tmp_path / 'fles.onnx')
+    torch.onnx.export(
+        m, (x, ), path, input_names=['x'], **TORCHSCRIPT_ONNX_EXPORT)
+    sess = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    out = sess.run(None, {'x': x.numpy()})[0]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            torch.from_numpy(out), m(x), rtol=1e-4, atol=1e-5)

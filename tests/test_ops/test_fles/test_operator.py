@@ -1,8 +1,7 @@
 """The FleS torch operator ``mmact::fles`` (``csrc/fles_op.cpp``): autograd
 rules, errors, threads, its Python entry against the dispatch, and the
 refusals of the pass operators (their values against float64:
-test_fles_cpu_kernel.py)."""
-import importlib
+test_fles/test_cpu.py)."""
 import os
 import subprocess
 import sys
@@ -15,8 +14,7 @@ from mmact.ops.fles import (K_HO_MIN, fles_fused, fles_mlp_scales,
                             fles_reference, fles_shared_mlp_scales,
                             window_geometry)
 from mmact.ops.fles.cpu import LOOP_MACS, operator_entry
-
-fused_mod = importlib.import_module('mmact.ops.fles.fused')
+from mmact.ops.fles.dispatch import implementation
 
 pytestmark = pytest.mark.skipif(
     operator_entry() is None,
@@ -185,7 +183,7 @@ def test_python_entry_agrees_with_the_dispatch():
         scale_fn = (
             fles_shared_mlp_scales
             if params[0].dim() == 2 else fles_mlp_scales)
-        plan = fused_mod._implementation(x, geom, gate, mode, scale_fn, params)
+        plan = implementation(x, geom, gate, mode, scale_fn, params)
         y = entry(x, *params, *geom.window, gate, mode, K_HO_MIN)
         assert (y is not None) == (plan.name == 'operator'), (name, plan.name)
         if y is not None:
@@ -200,8 +198,8 @@ def test_python_entry_agrees_with_the_dispatch():
     x, params, window, gate, mode = _entry_cases()['plain']
     geom = window_geometry(6, 7, window)
     with _PassThrough():
-        assert fused_mod._implementation(x, geom, gate, mode, fles_mlp_scales,
-                                         params).name == 'torch'
+        assert implementation(x, geom, gate, mode, fles_mlp_scales,
+                              params).name == 'composite'
         assert entry(x, *params, *window, gate, mode, K_HO_MIN) is None
 
 
@@ -229,9 +227,8 @@ def test_python_entry_declines_other_arguments():
         assert entry(dual, *params, 3, 4, 'sigmoid', 'positive',
                      K_HO_MIN) is None
         geom = window_geometry(6, 7, (3, 4))
-        assert fused_mod._implementation(dual, geom, 'sigmoid', 'positive',
-                                         fles_mlp_scales,
-                                         params).name == 'passes'
+        assert implementation(dual, geom, 'sigmoid', 'positive',
+                              fles_mlp_scales, params).name == 'composite'
 
 
 def test_errors_name_the_arguments():
@@ -377,8 +374,8 @@ def test_small_and_large_mlps_match_float64(shared, c, hidden, window, plan):
     params = [p * 0.3 for p in params]
     geom = window_geometry(6, 7, window)
     scale_fn = fles_shared_mlp_scales if shared else fles_mlp_scales
-    assert fused_mod._implementation(x, geom, 'erf', 'positive', scale_fn,
-                                     params).name == plan
+    assert implementation(x, geom, 'erf', 'positive', scale_fn,
+                          params).name == plan
     leaves = [t.clone().requires_grad_() for t in [x, *params]]
     y = fles_fused(leaves[0], geom, leaves[1:], gate='erf', scale_fn=scale_fn)
     node = 'mmact::fles_backward' if plan == 'operator' else 'FleSFunction'

@@ -1,6 +1,6 @@
 """Cases for the Triton FleS kernels, run by test_triton_kernels.py.
 
-Not collected on its own (see triton_apa_cases.py). The reference is
+Not collected on its own (see test_apa/triton_cases.py). The reference is
 :func:`mmact.ops.fles.fles_reference` (composite autograd) in float64.
 """
 import os
