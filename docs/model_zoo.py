@@ -2,9 +2,11 @@
 """Write the model zoo page, ``docs/model_zoo.md``, from ``model-index.yml``
 and the metafiles it imports, as mmpretrain's ``docs/en/stat.py`` does.
 
-``docs/conf.py`` runs it at every build (``make docs``); the page is not
-tracked (``.gitignore``): the metafiles are the one source of the numbers.
-``python docs/model_zoo.py`` writes it by hand.
+``docs/conf.py`` runs it at every build (``make docs``). The page is
+committed so that links to it work outside the site (the README's), and
+``tests/test_packaging.py`` fails when it differs from what the metafiles
+give: the metafiles are the one source of the numbers. ``python
+docs/model_zoo.py`` writes it by hand.
 """
 from pathlib import Path
 from typing import Dict, List

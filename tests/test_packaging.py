@@ -70,6 +70,12 @@ def test_every_dataset_config_is_in_a_metafile():
     assert listed <= found
 
 
+def test_committed_model_zoo_page_is_the_generated_one(load_tool):
+    zoo = load_tool('docs/model_zoo.py')
+    assert (REPO / 'docs/model_zoo.md').read_text() == zoo.render(), \
+        'the metafiles changed: run python docs/model_zoo.py (or make docs)'
+
+
 def test_model_zoo_page_shows_every_metafile_number(load_tool):
     """docs/model_zoo.py renders every model, metric and released result of
     the metafiles, in the order of model-index.yml; '—' where none."""

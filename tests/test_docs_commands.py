@@ -1,0 +1,446 @@
+"""Every shell block and Python snippet of the README and the docs site,
+one test each (``pytest -m docs_commands``).
+
+A command that runs in under a minute here on generated data is run
+(:data:`RUNS`); every other one is checked as far as this machine can: the
+program exists, the tool accepts its arguments (its own ``argparse`` parser),
+every config it names exists and builds its model, ``make`` targets dry-run,
+shell scripts parse, pip requirements parse. A command no check knows fails,
+so a new kind of command gets a check with it. Config snippets build the
+model (and the optimizer wrapper or hooks) they describe; Python code
+compiles and its imports resolve.
+"""
+import argparse
+import ast
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+import pytest
+from mmengine.config import Config
+
+from mmact.testing import free_port
+from mmact.testing.doc_blocks import (SHELL_LANGUAGES, Command, DocBlock,
+                                      doc_blocks, shell_commands)
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.docs_commands
+
+BLOCKS = [
+    b for b in doc_blocks(REPO)
+    if b.language in SHELL_LANGUAGES or b.language == 'python'
+]
+#: placeholders of usage lines -> a value the tools accept
+PLACEHOLDERS = {
+    'CONFIG': 'configs/toy/apa_mrcnn_r50_toy.py',
+    'CHECKPOINT': 'checkpoint.pth',
+    'CKPT': 'checkpoint.pth',
+    'PARTITION': 'gpu',
+    '$PARTITION': 'gpu',
+    'JOB': 'job',
+    'JOB_NAME': 'job',
+    'WORK_DIR': 'work_dirs/run',
+    'DIR': 'work_dirs/run',
+}
+#: launcher script -> (python tool, how its arguments map onto the tool's)
+LAUNCHERS: Dict[str, Tuple[str, Callable[[List[str]], List[str]]]] = {
+    'tools/dist_train.sh': ('tools/train.py', lambda a: [a[0], *a[2:]]),
+    'tools/dist_test.sh': ('tools/test.py', lambda a: [a[0], a[1], *a[3:]]),
+    'tools/slurm_train.sh':
+    ('tools/train.py', lambda a: [a[2], '--work-dir', a[3], *a[4:]]),
+    'tools/slurm_test.sh': ('tools/test.py', lambda a: [a[2], a[3], *a[4:]]),
+}
+
+
+class _Parsed(Exception):
+    """Raised by the intercepted ``parse_args``: the tool stops there."""
+
+    def __init__(self, parser: argparse.ArgumentParser,
+                 args: argparse.Namespace) -> None:
+        super().__init__()
+        self.parser, self.namespace = parser, args
+
+
+def parse_tool_args(
+        script: str, argv: List[str],
+        monkeypatch) -> Tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """Run ``script`` until its parser has read ``argv``: a refused
+    argument fails the test, nothing after the parsing runs."""
+    original = argparse.ArgumentParser.parse_args
+
+    def intercept(self, args=None, namespace=None):
+        raise _Parsed(self, original(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', intercept)
+    monkeypatch.setattr(sys, 'argv', [str(REPO / script), *argv])
+    monkeypatch.setenv('MMACT_BENCH_ALLOCATOR', '1')  # no re-exec
+    monkeypatch.syspath_prepend(str(REPO))
+    try:
+        runpy.run_path(str(REPO / script), run_name='__main__')
+    except _Parsed as parsed:
+        return parsed.parser, parsed.namespace
+    except SystemExit as error:
+        pytest.fail(f'{script} refused {argv}: exit {error.code}')
+    pytest.fail(f'{script} never parsed its arguments')
+
+
+def build_config(path: Path) -> None:
+    """Load a config and build its model, as the Runner would."""
+    from mmengine.registry import MODELS, DefaultScope
+
+    from mmact.utils.preflight import load_config
+    cfg = load_config(str(path))
+    scope = cfg.get('default_scope', 'mmdet')
+    with DefaultScope.overwrite_default_scope(scope):
+        model = MODELS.build(cfg.model)
+        for key, build in (('optim_wrapper', _optim_wrapper), ('custom_hooks',
+                                                               _hooks)):
+            if cfg.get(key):
+                build(model, cfg[key])
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def _optim_wrapper(model, cfg) -> None:
+    from mmengine.optim import build_optim_wrapper
+    build_optim_wrapper(model, cfg)
+
+
+def _hooks(model, cfg) -> None:
+    from mmengine.registry import HOOKS
+    for hook in cfg:
+        HOOKS.build(hook)
+
+
+def _substitute(word: str) -> str:
+    if word.startswith('$('):
+        return 'checkpoint.pth'  # $(cat .../last_checkpoint)
+    return PLACEHOLDERS.get(word, word)
+
+
+def _is_synopsis(argv: List[str]) -> bool:
+    return any('[' in w or w.rstrip('.') == '...' for w in argv)
+
+
+def check_python_tool(script: str, argv: List[str], monkeypatch) -> None:
+    """The tool exists, takes ``argv`` (a usage line: has every option it
+    names), and every config it names builds."""
+    assert (REPO / script).is_file(), f'{script} does not exist'
+    options = [w.strip('[]').split('=')[0] for w in argv if '--' in w]
+    if _is_synopsis(argv):  # a usage line: without its optional parts
+        line = ' '.join(argv)
+        while re.search(r'\[[^\[\]]*\]', line):
+            line = re.sub(r'\[[^\[\]]*\]', '', line)
+        argv = line.split()
+    argv = [_substitute(w) for w in argv]
+    parser, _ = parse_tool_args(script, argv, monkeypatch)
+    known = set(parser._option_string_actions)
+    unknown = [o for o in options if o.startswith('--') and o not in known]
+    assert not unknown, f'{script} has no option {unknown}'
+    for word in argv:
+        if word.endswith('.py') and ('configs/' in word or 'toy' in word):
+            assert (REPO / word).is_file(), f'{word} does not exist'
+            build_config(REPO / word)
+
+
+def check_command(command: Command, monkeypatch) -> None:
+    """Check one documented command without running it (see the module
+    docstring)."""
+    argv = [_substitute(w) for w in command.argv]
+    program = argv[0]
+    if program == 'make':
+        target = [w for w in argv[1:] if '=' not in w]
+        result = subprocess.run(['make', '-n', *argv[1:]],
+                                cwd=REPO,
+                                capture_output=True,
+                                text=True)
+        assert result.returncode == 0, f'make -n {target}: {result.stderr}'
+    elif program in ('pip', 'mim'):
+        check_install(argv)
+    elif program == 'bash' or program.endswith('.sh'):
+        script = argv[1] if program == 'bash' else program
+        assert (REPO / script).is_file(), f'{script} does not exist'
+        subprocess.run(['bash', '-n', str(REPO / script)], check=True)
+        if script in LAUNCHERS:
+            tool, mapping = LAUNCHERS[script]
+            rest = argv[2:] if program == 'bash' else argv[1:]
+            check_python_tool(tool, mapping(rest), monkeypatch)
+    elif program.endswith(('python', 'python3')):
+        if argv[1:3] == ['-m', 'pytest']:
+            check_pytest(argv[3:])
+        else:
+            check_python_tool(argv[1], argv[2:], monkeypatch)
+    else:
+        pytest.fail(f'no check knows the command {" ".join(argv)!r}: add one '
+                    'to tests/test_docs_commands.py')
+
+
+def check_install(argv: List[str]) -> None:
+    """``pip install`` / ``mim install``: the requirements parse."""
+    from packaging.requirements import Requirement
+    assert argv[1] == 'install', argv
+    words, skip = argv[2:], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ('--index-url', '-i', '--extra-index-url'):
+            skip = True
+        elif word in ('-U', '--upgrade', '-e'):
+            continue
+        elif word == '.':
+            assert (REPO / 'setup.py').is_file()
+        else:
+            Requirement(word)
+
+
+def check_pytest(argv: List[str]) -> None:
+    """The test paths exist and the markers are registered."""
+    markers = re.findall(r'^    (\w+):', (REPO / 'setup.cfg').read_text(),
+                         re.M)
+    words = iter(argv)
+    for word in words:
+        if word == '-m':
+            expression = next(words)
+            names = set(re.findall(r'\w+', expression)) - {'and', 'or', 'not'}
+            assert names <= set(markers), f'unknown markers in {expression}'
+        elif not word.startswith('-'):
+            assert (REPO / word.split('::')[0]).exists(), f'{word} is absent'
+
+
+def check_python(block: DocBlock) -> None:
+    """A config snippet builds; Python code compiles and imports."""
+    tree = ast.parse(block.text)
+    if _is_config(tree):
+        _build_snippet(block.text)
+        return
+    package = _package_of(block.text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ''
+            if node.level:
+                assert package, f'{block.name}: relative import, no path'
+                parts = package.split('.')
+                base = '.'.join(parts[:len(parts) - node.level + 1])
+                module = f'{base}.{module}' if module else base
+            if module in _walkthrough_modules(block):
+                continue  # a file the page itself adds
+            imported = __import__(module, fromlist=['_'])
+            for alias in node.names:
+                assert hasattr(imported, alias.name), (
+                    f'{block.name}: {module} has no {alias.name}')
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                __import__(alias.name)
+
+
+def _is_config(tree: ast.Module) -> bool:
+    """Only assignments at top level (a config or a fragment of one)."""
+    return all(isinstance(node, ast.Assign) for node in tree.body)
+
+
+def _package_of(text: str) -> str:
+    """``# mmact/ops/my_act.py`` -> ``'mmact.ops'``."""
+    match = re.match(r'#\s*([\w/]+)\.py', text)
+    return match.group(1).rsplit('/', 1)[0].replace('/', '.') if match else ''
+
+
+def _walkthrough_modules(block: DocBlock) -> set:
+    """Modules the page's snippets add (``# mmact/ops/my_act.py`` heads
+    one): a walkthrough's new files import each other."""
+    return {
+        re.match(r'#\s*([\w/]+)\.py', b.text).group(1).replace('/', '.')
+        for b in BLOCKS if b.page == block.page and b.language == 'python'
+        and re.match(r'#\s*([\w/]+)\.py', b.text)
+    }
+
+
+#: what a config fragment (no ``_base_`` of its own) is added to
+FRAGMENT_BASE = ("_base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'\n"
+                 "custom_imports = dict(imports=['mmact'])\n")
+
+
+def _build_snippet(text: str) -> None:
+    """Build a config snippet; a fragment is added to mmdet's Mask R-CNN."""
+    import tempfile
+    assigned = {
+        target.id
+        for node in ast.parse(text).body
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / 'snippet.py'
+        path.write_text(text if '_base_' in assigned else FRAGMENT_BASE + text)
+        build_config(path)
+
+
+@pytest.mark.parametrize('block', BLOCKS, ids=[b.name for b in BLOCKS])
+def test_documented_block(block: DocBlock, monkeypatch, tmp_path):
+    run = RUNS.get((block.page, _first_command(block)))
+    if run is not None:
+        run(block, tmp_path, monkeypatch)
+    elif block.language == 'python':
+        check_python(block)
+    else:
+        commands = shell_commands(block.text)
+        assert commands, f'{block.name}: a shell block without a command'
+        for command in commands:
+            check_command(command, monkeypatch)
+
+
+def _first_command(block: DocBlock) -> str:
+    for line in block.text.splitlines():
+        if line.strip() and not line.startswith('#'):
+            return line.strip()
+    return ''
+
+
+# ---------------------------------------------------------------------------
+# blocks that run here, on generated data
+# ---------------------------------------------------------------------------
+RUNS: Dict[Tuple[str, str], Callable[[DocBlock, Path], None]] = {}
+
+
+def runs(page: str, first_command: str):
+    """Register the runner of the block of ``page`` that starts with
+    ``first_command``; :func:`test_every_run_names_a_block` keeps the
+    table in step with the pages."""
+
+    def register(function):
+        RUNS[(page, first_command)] = function
+        return function
+
+    return register
+
+
+def test_every_run_names_a_block():
+    present = {(b.page, _first_command(b)) for b in BLOCKS}
+    assert set(RUNS) <= present, sorted(set(RUNS) - present)
+
+
+def test_every_page_block_is_collected():
+    """A fenced block with a language this module does not know fails
+    here, rather than go untested."""
+    known = set(SHELL_LANGUAGES) | {
+        'python', 'text', 'bibtex', 'yaml', 'toctree', 'eval-rst', 'include',
+        'c', 'cpp', 'json'
+    }
+    unknown = [
+        b.name for b in doc_blocks(REPO)
+        if b.language not in known and not b.language.startswith('{')
+    ]
+    assert not unknown, f'blocks of unknown languages: {unknown}'
+
+
+def run_shell(block: DocBlock,
+              cwd: Path,
+              replace: Dict[str, str] = None,
+              timeout: int = 600,
+              with_stderr: bool = False) -> str:
+    """Run a block's commands in ``cwd`` with this interpreter (after
+    ``replace``), each to success; their output (and errors)."""
+    text = block.text
+    for old, new in (replace or {}).items():
+        text = text.replace(old, new)
+    out = []
+    for command in shell_commands(text):
+        argv = [
+            str(REPO / w) if w.startswith('tools/') else w
+            for w in command.argv
+        ]
+        if argv[0] == 'python':
+            argv[0] = sys.executable
+        result = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=dict(
+                os.environ,
+                PYTHON=sys.executable,
+                PORT=free_port(),
+                **command.env),
+            capture_output=True,
+            text=True,
+            timeout=timeout)
+        assert result.returncode == 0, (
+            f'{block.name}: {" ".join(argv)}\n{result.stderr[-3000:]}')
+        out.append(result.stdout + (result.stderr if with_stderr else ''))
+    return '\n'.join(out)
+
+
+def _authors_lvis_release(path: Path) -> None:
+    """A file in the layout of the authors' LVIS R50 release: their key
+    names, the model's initial weights (see
+    tests/test_tools/test_apa_to_mmact.py)."""
+    import torch
+    from mmengine.registry import MODELS, DefaultScope
+
+    from mmact.utils.preflight import load_config
+    cfg = load_config(str(REPO / 'configs/lvis/apa_mrcnn_r50.py'))
+    cfg.model.backbone.init_cfg = None
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = MODELS.build(cfg.model)
+    names = ((r'\.act([123])\.', r'.unirect\1.'), (r'\.attn\.norm\.',
+                                                   '.se.norm.'),
+             (r'\.attn\.fc1\.', '.se.excitation.0.'), (r'\.attn\.fc2\.',
+                                                       '.se.excitation.2.'),
+             (r'\.attn\.gate\.', '.se.uniact.'), (r'conv_logits\.scale_root',
+                                                  'conv_logits.tempearture'))
+    state = {}
+    for key, value in model.state_dict().items():
+        for pattern, repl in names:
+            key = re.sub(pattern, repl, key)
+        if key.endswith('tempearture'):
+            value = value.reshape(())
+        state[key] = value
+    torch.save({'state_dict': state, 'meta': {'epoch': 24}}, path)
+
+
+@runs(
+    'docs/user_guides/checkpoints.md',
+    'python tools/model_converters/apa_to_mmact.py epoch_24.pth '
+    'work_dirs/authors/lvis_r50.pth')
+def run_authors_conversion(block: DocBlock, cwd: Path, monkeypatch) -> None:
+    """The conversion runs on a file in their layout; the test command
+    (LVIS, 8 GPUs) is checked."""
+    _authors_lvis_release(cwd / 'epoch_24.pth')
+    convert, test = block.text.split('# lvis:')
+    converted = run_shell(block._replace(text=convert), cwd)
+    config = re.search(r'loads with strict=True into (\S+);', converted)[1]
+    assert config in test
+    assert (cwd / 'work_dirs/authors/lvis_r50.pth').is_file()
+    for command in shell_commands(test.split('\n', 1)[1]):
+        check_command(command, monkeypatch)
+
+
+@runs(
+    'docs/user_guides/checkpoints.md',
+    'tools/dist_train.sh configs/lvis/mask-rcnn_apase-aglu-r50_fpn_gol-'
+    'normmask_8xb2-rfs-ms-2x_lvis-v1.py 8 \\')
+def run_fine_tune(block: DocBlock, cwd: Path, monkeypatch) -> None:
+    """Fine-tuning from the converted detector, as written: the config on
+    the generated LVIS set (two iterations, one CPU process for the 8
+    GPUs), its ImageNet init_cfg file absent as on a fresh machine."""
+    from mmact.testing import FORMATS, adapt_config, generate_toy_data
+    from mmact.utils.preflight import load_config
+    _authors_lvis_release(cwd / 'epoch_24.pth')
+    subprocess.run([
+        sys.executable, REPO / 'tools/model_converters/apa_to_mmact.py',
+        'epoch_24.pth', 'work_dirs/authors/lvis_r50.pth', '--no-validate'
+    ],
+                   cwd=cwd,
+                   check=True,
+                   capture_output=True)
+    [config] = re.findall(r'configs/\S+\.py', block.text)
+    cfg = load_config(str(REPO / config))
+    data = generate_toy_data('lvis', str(cwd / 'toy_lvis'))
+    toy = adapt_config(cfg, data, FORMATS['lvis'].defaults['num_classes'])
+    toy.model.backbone.init_cfg = cfg.model.backbone.init_cfg  # absent here
+    assert not (cwd / toy.model.backbone.init_cfg.checkpoint).exists()
+    (cwd / config).parent.mkdir(parents=True)
+    toy.dump(str(cwd / config))
+    out = run_shell(block, cwd, replace={' 8 ': ' 1 '}, with_stderr=True)
+    assert f'load_from {"work_dirs/authors/lvis_r50.pth"!r} holds the ' \
+        'backbone.* weights it would initialise, so it is skipped' in out
