@@ -112,3 +112,132 @@ def test_activations_waiting_for_their_fit_are_not_missing():
     assert checkpoint_mismatch(relu, state).missing == [
         '2.kappa_param', '2.lambda_param'
     ]
+
+
+# ---------------------------------------------------------------------------
+# weights trained with another activation (torchvision's ReLU ResNet-50)
+# ---------------------------------------------------------------------------
+@pytest.fixture
+def logged(monkeypatch):
+    """The hook's log lines ('LEVEL message'); the logger's stream is
+    bound to the stdout of the test that created it."""
+    import logging
+
+    from mmact.engine.hooks import checkpoint_keys
+    lines = []
+    monkeypatch.setattr(
+        checkpoint_keys, 'print_log', lambda msg, logger=None, level=logging.
+        INFO: lines.append(f'{logging.getLevelName(level)} {msg}'))
+    return lines
+
+
+def _torchvision_relu_weights(tmp_path) -> str:
+    """torchvision's ResNet-50 layout (random weights, no download)."""
+    import torchvision
+    path = tmp_path / 'resnet50_relu.pth'
+    torch.save(torchvision.models.resnet50().state_dict(), path)
+    return str(path)
+
+
+def _build_backbone(cfg: dict) -> nn.Module:
+    from mmengine.registry import MODELS, DefaultScope
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        return MODELS.build(cfg)
+
+
+def _aglu_resnet(init_cfg=None) -> nn.Module:
+    return _build_backbone(
+        dict(
+            type='ActResNet',
+            depth=50,
+            act_cfg=dict(type='AGLU'),
+            attention_cfg=dict(type='APASELayer'),
+            init_cfg=init_cfg))
+
+
+def test_relu_weights_in_an_aglu_resnet_warn_naming_the_activations(
+        tmp_path, logged):
+    """The headline example's case: a Pretrained init with ReLU weights
+    under an AGLU + APA* ActResNet is logged, not refused."""
+    from mmact.engine.hooks import (activation_mismatch,
+                                    describe_activation_mismatch)
+    checkpoint = _torchvision_relu_weights(tmp_path)
+    backbone = _aglu_resnet(dict(type='Pretrained', checkpoint=checkpoint))
+    found = activation_mismatch(backbone, torch.load(checkpoint))
+    assert list(found) == ['AGLU', 'APA']
+    assert found['AGLU'][:3] == ['relu', 'layer1.0.act1', 'layer1.0.act2']
+    assert len(found['AGLU']) == 1 + 3 * 16 and len(found['APA']) == 16
+    assert found['APA'][0] == 'layer1.0.attn.gate'
+    text = describe_activation_mismatch(found)
+    assert '49 AGLU: relu, layer1.0.act1' in text
+    assert '16 APA: layer1.0.attn.gate' in text
+
+    CheckpointKeysHook(strict=False).before_run(FakeRunner(backbone))
+    out = '\n'.join(logged)
+    assert 'WARNING' in out and f'Pretrained {checkpoint}' in out
+    assert 'trained with other activations' in out and 'AGLU' in out
+    assert 'ActSwapBackbone(match=True)' in out
+    backbone.init_weights()  # a warning only: the init still loads
+
+
+def test_a_detector_names_its_backbone_init(tmp_path, logged):
+    checkpoint = _torchvision_relu_weights(tmp_path)
+    detector = nn.Module()
+    detector.backbone = _aglu_resnet(
+        dict(type='Pretrained', checkpoint=checkpoint))
+    CheckpointKeysHook(strict=False).before_run(FakeRunner(detector))
+    out = '\n'.join(logged)
+    assert '(backbone.init_cfg)' in out and 'layer1.0.act1' in out
+
+
+def test_load_from_relu_weights_warns_too(tmp_path, logged):
+    from mmact.engine.hooks import activation_mismatch
+    backbone = _aglu_resnet()
+    relu = torch.load(_torchvision_relu_weights(tmp_path))
+    state = {'state_dict': {f'module.{k}': v for k, v in relu.items()}}
+    assert activation_mismatch(backbone, state)
+    CheckpointKeysHook(strict=False).after_load_checkpoint(
+        FakeRunner(backbone), state)
+    assert '49 AGLU: relu' in '\n'.join(logged)
+    with pytest.raises(CheckpointMismatchError, match='other activations'):
+        CheckpointKeysHook().after_load_checkpoint(FakeRunner(backbone), state)
+
+
+def test_matched_swap_or_mmact_weights_give_no_warning(tmp_path, logged):
+    from mmact.engine.hooks import activation_mismatch
+    checkpoint = _torchvision_relu_weights(tmp_path)
+    init_cfg = dict(type='Pretrained', checkpoint=checkpoint)
+    matched = _build_backbone(
+        dict(
+            type='ActSwapBackbone',
+            act_cfg=dict(type='AGLU'),
+            untie=True,
+            match=True,
+            backbone=dict(type='ResNet', depth=50, init_cfg=init_cfg)))
+    assert not activation_mismatch(matched, torch.load(checkpoint))
+    CheckpointKeysHook(strict=False).before_run(FakeRunner(matched))
+    # an mmact checkpoint of the same model, with and without a prefix
+    backbone = _aglu_resnet()
+    own = tmp_path / 'aglu.pth'
+    torch.save({'state_dict': backbone.state_dict()}, own)
+    assert not activation_mismatch(backbone, torch.load(own))
+    detector_state = {
+        f'backbone.{k}': v
+        for k, v in backbone.state_dict().items()
+    }
+    assert not activation_mismatch(backbone, detector_state, 'backbone')
+    backbone.init_cfg = dict(type='Pretrained', checkpoint=str(own))
+    CheckpointKeysHook(strict=False).before_run(FakeRunner(backbone))
+    assert 'other activations' not in '\n'.join(logged)
+
+
+def test_load_from_or_resume_skip_the_init_check(tmp_path, logged):
+    """The checkpoint loaded after the init is what the model starts from:
+    after_load_checkpoint checks it instead."""
+    backbone = _aglu_resnet(
+        dict(type='Pretrained',
+             checkpoint=_torchvision_relu_weights(tmp_path)))
+    runner = FakeRunner(backbone)
+    runner._load_from = 'work_dirs/x/epoch_1.pth'
+    CheckpointKeysHook(strict=False).before_run(runner)
+    assert 'other activations' not in '\n'.join(logged)
