@@ -266,10 +266,12 @@ class CheckpointKeysHook(Hook):
         trained with other activations (:func:`activation_mismatch`).
 
         Skipped when ``load_from`` or a resume will load the model after
-        its init (:meth:`after_load_checkpoint` checks that checkpoint).
+        its init (:meth:`after_load_checkpoint` checks that checkpoint),
+        and on every process but the main one (one more read of the file).
         """
+        from mmengine.dist import is_main_process
         if getattr(runner, '_load_from', None) or getattr(
-                runner, '_resume', False):
+                runner, '_resume', False) or not is_main_process():
             return
         from mmengine.runner.checkpoint import CheckpointLoader
         for name, module, cfg in _pretrained_inits(runner.model):
