@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] \
+# Usage: [PYTHON=...] [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] \
 #        [SIGNAL_LEAD=90] tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR \
 #        [train.py options]
 # Preemption (docs/user_guides/preemption.md): slurm sends SIGUSR1 SIGNAL_LEAD seconds
@@ -8,6 +8,10 @@
 # checkpoint, with exit status 75. Inside a batch job (sbatch) this script
 # then requeues the job (scontrol requeue), and the requeued job, running this
 # script again, resumes from that checkpoint by itself.
+if [[ $# -lt 4 || -z "$1" ]]; then
+  echo "usage: $0 PARTITION JOB_NAME CONFIG WORK_DIR [train.py options]; got $# arguments, PARTITION '$1' (the slurm partition: \$SLURM_JOB_PARTITION in a batch script)" >&2
+  exit 2
+fi
 set -x
 PARTITION=$1
 JOB_NAME=$2
@@ -20,6 +24,11 @@ SRUN_ARGS=${SRUN_ARGS:-""}
 SIGNAL_LEAD=${SIGNAL_LEAD:-90}
 PY_ARGS=${@:5}
 TOOLS="$(cd "$(dirname "$0")" && pwd)"
+# the interpreter, as tools/dist_train.sh finds it: PYTHON, else the
+# repository's .venv, else python on the PATH
+if [[ -z "$PYTHON" ]]; then
+  if [[ -x "$TOOLS/../.venv/bin/python" ]]; then PYTHON="$TOOLS/../.venv/bin/python"; else PYTHON=python; fi
+fi
 PREEMPTED=75
 
 # slurm signals the batch shell too: let srun's tasks save, then requeue
@@ -37,7 +46,7 @@ srun -p "${PARTITION}" \
     --kill-on-bad-exit=1 \
     "${SIGNAL_ARG[@]}" \
     ${SRUN_ARGS} \
-    ${PYTHON:-python} -u "$TOOLS/train.py" "${CONFIG}" --work-dir="${WORK_DIR}" --launcher="slurm" ${PY_ARGS} &
+    "$PYTHON" -u "$TOOLS/train.py" "${CONFIG}" --work-dir="${WORK_DIR}" --launcher="slurm" ${PY_ARGS} &
 wait $!
 status=$?
 while [[ $status -gt 128 ]] && kill -0 $! 2>/dev/null; do  # a trap ended wait
