@@ -8,9 +8,6 @@ from mmact.registry import registered_components
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / 'docs'
-# Pages over the limit that are being split (issue 47); remove the entry
-# with the split.
-OVER_LIMIT_UNTIL_SPLIT = {'docs/design.md'}
 
 
 def pages():
@@ -41,7 +38,7 @@ def test_no_page_is_over_20_kb():
     over = {
         name: size
         for name, size in sizes.items()
-        if size > 20 * 1024 and name not in OVER_LIMIT_UNTIL_SPLIT
+        if size > 20 * 1024
     }
     assert over == {}, 'split them into pages of one topic each'
 

@@ -1,6 +1,6 @@
 # Mask R-CNN R50-FPN 2x on COCO from mmdet's own ReLU ImageNet checkpoint
 # (torchvision://resnet50) with every ReLU of the backbone replaced by an AGLU
-# fitted to it (function-preserving swap, docs/design.md section 2.7): the
+# fitted to it (function-preserving swap, docs/design/swap.md): the
 # detector starts from the function the checkpoint computes, and kappa /
 # lambda learn from there. The paper instead pretrains APA*+AGLU on
 # ImageNet (configs/coco/mask-rcnn_apase-aglu-r50_fpn_8xb2-2x_coco.py).

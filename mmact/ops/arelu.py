@@ -1,4 +1,4 @@
-"""AReLU (Chen et al., AReLU, 2020, Sec. 3.3; docs/design.md §2).
+"""AReLU (Chen et al., AReLU, 2020, Sec. 3.3; docs/design/operators.md).
 
 ::
 

@@ -1,4 +1,5 @@
-"""IGLU and IGLU-APPROX (Kang et al., IGLU, Eq. 8 and 11; docs/design.md §2).
+"""IGLU and IGLU-APPROX (Kang et al., IGLU, Eq. 8 and 11; math in
+docs/design/operators.md).
 
 ::
 

@@ -1,5 +1,5 @@
-# The function-preserving swap of a ReLU ResNet (docs/design.md section
-# 2.7): every ReLU of the backbone becomes an AGLU fitted to it. Use as
+# The function-preserving swap of a ReLU ResNet (docs/design/swap.md):
+# every ReLU of the backbone becomes an AGLU fitted to it. Use as
 #   model = dict(backbone=dict(aglu_match, _delete_=True,
 #                              backbone=_base_.model.backbone))
 # (a variable, not a `model` key, so that it can sit beside a full config

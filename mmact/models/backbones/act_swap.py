@@ -64,7 +64,7 @@ def ActSwapBackbone(backbone: dict,
             checkpoint provides (resume, an mmact checkpoint) keep them.
             Defaults to False.
         tolerance (float): Relative RMS error per layer a fit to ReLU must
-            reach (docs/design.md section 2.7). Defaults to 1e-2.
+            reach (docs/design/swap.md). Defaults to 1e-2.
 
     Returns:
         nn.Module: The built backbone, activations swapped.

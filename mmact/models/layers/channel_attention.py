@@ -1,4 +1,5 @@
-"""Channel attention: SE baseline and APA-SE ("APA*"), docs/design.md §2.
+"""Channel attention: SE baseline and APA-SE ("APA*"); math in
+docs/design/operators.md.
 
     A(X) = gate(Dropout(W2 act(W1 LN(GAP(X))))),    X' = A(X) * X
 

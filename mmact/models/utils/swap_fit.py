@@ -1,5 +1,5 @@
 """Function-preserving swap: fit each swapped learnable activation to the
-activation it replaced (docs/design.md section 2.7).
+activation it replaced (docs/design/swap.md).
 
 Each replaced activation's inputs are described per channel by a mean and a
 standard deviation, from one of three sources:
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: Relative RMS error per layer a fit to a limit target (ReLU) must reach;
-#: see docs/design.md section 2.7 for how it was chosen.
+#: see docs/design/swap.md for how it was chosen.
 DEFAULT_TOLERANCE = 1e-2
 
 # (qualified name, new activation, replaced activation)

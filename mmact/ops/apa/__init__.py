@@ -1,4 +1,5 @@
-"""APA and AGLU (Alexandridis et al. 2025, Eq. 5, 6, 13; docs/design.md §2).
+"""APA and AGLU (Alexandridis et al. 2025, Eq. 5, 6, 13; math in
+docs/design/operators.md).
 
 ::
 

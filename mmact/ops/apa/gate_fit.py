@@ -1,5 +1,5 @@
 """Fit APA / AGLU to the activation they replace (the math of the
-function-preserving swap; docs/design.md section 2.7).
+function-preserving swap; docs/design/swap.md).
 
 The replaced activation ``f`` sees, in channel ``c``, inputs
 ``X ~ N(m_c, s_c^2)``. The fit chooses ``(kappa, lambda)`` of the gate
@@ -19,7 +19,7 @@ channel (each sum has one term). Targets are of three kinds:
   relative change of kappa, i.e. how much kappa can still learn (for ReLU
   under N(0, 1) it is about 1.2 ``err``): the fit takes the *smallest*
   ``kappa`` whose error is within ``tolerance``, ``lambda`` fitted at each
-  ``kappa`` (docs/design.md section 2.7 has the figures).
+  ``kappa`` (docs/design/swap.md has the figures).
 
 Expectations are trapezoid sums on one grid that is uniform over the
 inputs' range and geometric towards 0, where the targets' kinks and the
