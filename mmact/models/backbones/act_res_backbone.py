@@ -25,7 +25,7 @@ from .reference_layout import check_pretrained_layout
 
 __all__ = [
     'ActResNetMixin', 'UnsupportedDepthError', 'StageArgumentError',
-    'FrozenStagesError'
+    'FrozenStagesError', 'with_blocks'
 ]
 
 _ATTENTION_HINT = ("e.g. dict(type='SEAttention') or dict(type='APASELayer')")
@@ -47,6 +47,15 @@ class FrozenStagesError(ValueError, AttributeError):
     """``frozen_stages`` outside ``[-1, num_stages]`` (upstream fails with
     AttributeError looking up the missing stage, or ignores a value below
     -1)."""
+
+
+def with_blocks(arch_settings: dict, blocks: dict) -> dict:
+    """Upstream's ``arch_settings`` (depth -> (block class, blocks per
+    stage)) with each block class replaced by ``blocks[block class]``."""
+    return {
+        depth: (blocks[block], stage_blocks)
+        for depth, (block, stage_blocks) in arch_settings.items()
+    }
 
 
 def _resolve(cfg: Optional[dict], what: str) -> None:

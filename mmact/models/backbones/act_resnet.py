@@ -32,7 +32,7 @@ from mmpretrain.models.backbones.resnext import Bottleneck as XBottleneck
 from mmpretrain.models.backbones.resnext import ResNeXt
 from mmpretrain.registry import MODELS
 
-from .act_res_backbone import ActResNetMixin
+from .act_res_backbone import ActResNetMixin, with_blocks
 from .act_res_block import ActBlockMixin
 
 __all__ = [
@@ -103,13 +103,10 @@ class ActResNet(ActResNetMixin, ResNet):
         [256, 512, 1024, 2048]
     """
 
-    arch_settings = {
-        18: (ActBasicBlock, (2, 2, 2, 2)),
-        34: (ActBasicBlock, (3, 4, 6, 3)),
-        50: (ActBottleneck, (3, 4, 6, 3)),
-        101: (ActBottleneck, (3, 4, 23, 3)),
-        152: (ActBottleneck, (3, 8, 36, 3)),
-    }
+    arch_settings = with_blocks(ResNet.arch_settings, {
+        BasicBlock: ActBasicBlock,
+        Bottleneck: ActBottleneck
+    })
 
 
 @MODELS.register_module()
@@ -134,8 +131,5 @@ class ActResNeXt(ActResNetMixin, ResNeXt):
             ``width_per_group=4``, and :class:`ActResNet`'s).
     """
 
-    arch_settings = {
-        50: (ActResNeXtBottleneck, (3, 4, 6, 3)),
-        101: (ActResNeXtBottleneck, (3, 4, 23, 3)),
-        152: (ActResNeXtBottleneck, (3, 8, 36, 3)),
-    }
+    arch_settings = with_blocks(ResNeXt.arch_settings,
+                                {XBottleneck: ActResNeXtBottleneck})

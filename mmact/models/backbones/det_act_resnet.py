@@ -25,7 +25,7 @@ from mmdet.models.backbones.resnext import Bottleneck as XBottleneck
 from mmdet.models.backbones.resnext import ResNeXt
 from mmdet.registry import MODELS
 
-from .act_res_backbone import ActResNetMixin
+from .act_res_backbone import ActResNetMixin, with_blocks
 from .act_res_block import ActBlockMixin
 
 __all__ = [
@@ -99,13 +99,10 @@ class DetActResNet(_DetInit, ResNet):
         [256, 512, 1024, 2048]
     """
 
-    arch_settings = {
-        18: (DetActBasicBlock, (2, 2, 2, 2)),
-        34: (DetActBasicBlock, (3, 4, 6, 3)),
-        50: (DetActBottleneck, (3, 4, 6, 3)),
-        101: (DetActBottleneck, (3, 4, 23, 3)),
-        152: (DetActBottleneck, (3, 8, 36, 3)),
-    }
+    arch_settings = with_blocks(ResNet.arch_settings, {
+        BasicBlock: DetActBasicBlock,
+        Bottleneck: DetActBottleneck
+    })
 
 
 @MODELS.register_module(name='ActResNetV1d')
@@ -131,8 +128,5 @@ class DetActResNeXt(_DetInit, ResNeXt):
             ``base_width=4``, and mmdet ``ResNet``'s), with its defaults.
     """
 
-    arch_settings = {
-        50: (DetActResNeXtBottleneck, (3, 4, 6, 3)),
-        101: (DetActResNeXtBottleneck, (3, 4, 23, 3)),
-        152: (DetActResNeXtBottleneck, (3, 8, 36, 3)),
-    }
+    arch_settings = with_blocks(ResNeXt.arch_settings,
+                                {XBottleneck: DetActResNeXtBottleneck})

@@ -108,6 +108,28 @@ def test_bn_with_affine_and_fallbacks():
     model(torch.rand(1, 3, 64, 64))[0].sum().backward()
 
 
+def test_refuses_one_value_per_channel_as_f_batch_norm_does():
+    """A train-mode BN over one value per channel: F.batch_norm raises,
+    ``torch.native_batch_norm`` would return a near-constant output."""
+    bn = nn.BatchNorm2d(8).train()
+    for shape in ((1, 8, 1, 1), (1, 8)):
+        x = torch.randn(shape)
+        with pytest.raises(ValueError) as expected:
+            nn.functional.batch_norm(x, None, None, training=True)
+        with pytest.raises(ValueError) as got:
+            bn_with_affine(bn, x)
+        assert str(got.value) == str(expected.value)
+    # the same through a backbone's memory-lean path (a 32 px image is one
+    # value per channel in stage 4), as in the plain path
+    for recompute in (True, False):
+        model = ActResNet(
+            50, act_cfg=ACT, recompute_act=recompute).train()
+        with pytest.raises(ValueError, match='more than 1 value per channel'):
+            model(torch.rand(1, 3, 32, 32))
+    bn.eval()  # running statistics: nothing to refuse
+    assert bn_with_affine(bn, torch.randn(1, 8, 1, 1))[1] is not None
+
+
 def test_default_is_memory_lean_unless_in_place():
     assert default_recompute(AGLU())
     # learnable activations never run in place: the flag changes nothing
