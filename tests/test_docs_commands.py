@@ -15,14 +15,12 @@ import ast
 import os
 import re
 import runpy
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 import pytest
-from mmengine.config import Config
 
 from mmact.testing import free_port
 from mmact.testing.doc_blocks import (SHELL_LANGUAGES, Command, DocBlock,
@@ -180,16 +178,18 @@ def check_command(command: Command, monkeypatch) -> None:
 
 
 def check_install(argv: List[str]) -> None:
-    """``pip install`` / ``mim install``: the requirements parse."""
+    """``pip install`` / ``mim install`` (and ``uninstall``): the
+    requirements parse."""
     from packaging.requirements import Requirement
-    assert argv[1] == 'install', argv
+    assert argv[1] in ('install', 'uninstall'), argv
     words, skip = argv[2:], False
     for word in words:
         if skip:
             skip = False
         elif word in ('--index-url', '-i', '--extra-index-url'):
             skip = True
-        elif word in ('-U', '--upgrade', '-e'):
+        elif word in ('-U', '--upgrade', '-e', '-y', '--yes', '--no-cache-dir',
+                      '--no-build-isolation'):
             continue
         elif word == '.':
             assert (REPO / 'setup.py').is_file()
@@ -444,3 +444,53 @@ def run_fine_tune(block: DocBlock, cwd: Path, monkeypatch) -> None:
     out = run_shell(block, cwd, replace={' 8 ': ' 1 '}, with_stderr=True)
     assert f'load_from {"work_dirs/authors/lvis_r50.pth"!r} holds the ' \
         'backbone.* weights it would initialise, so it is skipped' in out
+
+
+@runs('docs/user_guides/datasets.md',
+      'python tools/misc/check_data.py configs/lvis/apa_mrcnn_r50.py')
+def run_check_data(block: DocBlock, cwd: Path, monkeypatch) -> None:
+    """The data check of the LVIS config on a generated LVIS v1 root in
+    the real layout (data/lvis_v1/)."""
+    from mmact.testing import generate_toy_data
+    generate_toy_data('lvis', str(cwd / 'data/lvis_v1'))
+    (cwd / 'configs').symlink_to(REPO / 'configs')
+    out = run_shell(block, cwd)
+    assert 'the data of train, val, test is complete' in out
+
+
+@runs(
+    'docs/user_guides/inference.md',
+    'python tools/misc/infer_image.py configs/lvis/apa_mrcnn_r50.py '
+    'work_dirs/apa_mrcnn_r50/epoch_24.pth demo.jpg --out-dir outputs')
+def run_infer_image(block: DocBlock, cwd: Path, monkeypatch) -> None:
+    """The drawing of a generated image by the toy version of the config
+    (20 classes, small images) at untrained weights."""
+    import torch
+    from mmengine.registry import MODELS, DefaultScope
+
+    from mmact.testing import generate_toy_data
+    from mmact.utils.preflight import load_config
+    toy = 'configs/toy/apa_mrcnn_r50_toy.py'
+    data = Path(generate_toy_data('lvis', str(cwd / 'lvis')))
+    (cwd / 'demo.jpg').write_bytes(
+        sorted((data / 'val2017').iterdir())[0].read_bytes())
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = MODELS.build(load_config(str(REPO / toy)).model)
+    (cwd / 'work_dirs/apa_mrcnn_r50').mkdir(parents=True)
+    torch.save({'state_dict': model.state_dict(), 'meta': {}},
+               cwd / 'work_dirs/apa_mrcnn_r50/epoch_24.pth')
+    run_shell(block, cwd, replace={'configs/lvis/apa_mrcnn_r50.py': str(
+        REPO / toy)})
+    assert (cwd / 'outputs/vis/demo.jpg').stat().st_size > 0
+    assert (cwd / 'outputs/preds/demo.json').is_file()
+
+
+@runs('docs/user_guides/inference.md', 'import numpy as np')
+def run_onnx_export(block: DocBlock, cwd: Path, monkeypatch) -> None:
+    """The export snippet as written: the backbone exports and
+    onnxruntime gives the same features (its own assertion)."""
+    monkeypatch.chdir(cwd)
+    exec(compile(block.text, block.name, 'exec'), {'__name__': '__main__'})
+    import onnx
+    graph = onnx.load(str(cwd / 'apase_aglu_r50.onnx')).graph
+    assert {node.domain for node in graph.node} <= {'', 'ai.onnx'}
