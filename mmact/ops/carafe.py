@@ -18,10 +18,10 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ['carafe', 'carafe_torch']
+__all__ = ['carafe', 'carafe_torch', 'has_kernel', 'mmcv_cuda_carafe']
 
 
-def _has_kernel(mmcv_carafe: Callable, device: str) -> bool:
+def has_kernel(mmcv_carafe: Callable, device: str) -> bool:
     """Whether mmcv's CARAFE runs on ``device``: run it on a 1x1 map.
 
     An mmcv built without CUDA ops says that the implementation for the
@@ -40,15 +40,16 @@ def _has_kernel(mmcv_carafe: Callable, device: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _mmcv_cuda_carafe() -> Optional[Callable]:
-    """mmcv's CARAFE, when mmcv's extension has its CUDA kernel (decided once)."""
+def mmcv_cuda_carafe() -> Optional[Callable]:
+    """mmcv's CARAFE, when mmcv's extension has its CUDA kernel (decided
+    once), else None: what :func:`carafe` runs on CUDA tensors."""
     if not torch.cuda.is_available():
         return None
     try:
         from mmcv.ops.carafe import carafe as mmcv_carafe
     except ImportError:  # mmcv without compiled ops (mmcv-lite)
         return None
-    return mmcv_carafe if _has_kernel(mmcv_carafe, 'cuda') else None
+    return mmcv_carafe if has_kernel(mmcv_carafe, 'cuda') else None
 
 
 def _check(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,
@@ -125,8 +126,8 @@ def carafe(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,
         ValueError: A size that CARAFE does not define, naming it.
     """
     _check(features, masks, kernel_size, group_size, scale_factor)
-    if features.is_cuda and _mmcv_cuda_carafe() is not None:
-        return _mmcv_cuda_carafe()(features, masks, kernel_size, group_size,
+    if features.is_cuda and mmcv_cuda_carafe() is not None:
+        return mmcv_cuda_carafe()(features, masks, kernel_size, group_size,
                                    scale_factor)
     return carafe_torch(features, masks, kernel_size, group_size,
                         scale_factor)

@@ -13,11 +13,12 @@ with a C++ autograd node or none where a Python backward calls it) and
   supports (``avx512`` > ``avx2`` > ``portable``, read from the CPU flags);
   ``MMACT_CPU_ISA`` selects a lower one (e.g. to compare builds).
 * **Cache.** Builds live in ``$MMACT_CACHE_DIR`` (default
-  ``~/.cache/mmact``) in a folder named by a *build key*: a hash of the
-  sources (their local headers inlined), the compiler flags, the C++
-  compiler's version, the CPU's model name and flags, the torch version,
-  install and C++ ABI, and the Python ABI. A home directory shared by machines with different CPUs
-  therefore holds one build per CPU. A finished build is marked
+  ``~/.cache/mmact``; :func:`default_cache_dir`) in a folder named by a
+  *build key*: a hash of the sources (their local headers inlined), the
+  compiler flags, the C++ compiler's version, the CPU's model name and
+  flags, the torch version, install and C++ ABI, and the Python ABI. A home
+  directory shared by machines with different CPUs therefore holds one
+  build per CPU. A finished build is marked
   (``mmact-complete``) and later imported directly, without torch's
   extension builder (whose import prints a notice when it finds a CUDA
   toolkit but no GPU); a new build logs, once, what it built and how long
@@ -62,7 +63,8 @@ from . import backends
 
 __all__ = [
     'ISAS', 'CSRC', 'SOURCES', 'cpu_model', 'cpu_flags', 'supported_isas',
-    'host_isa', 'read_source', 'build_key', 'build_extension', 'extension'
+    'host_isa', 'read_source', 'compiler_flags', 'build_key',
+    'default_cache_dir', 'build_extension', 'extension'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -229,7 +231,10 @@ def _gcc(var: str, default: str) -> Tuple[str, str]:
     return compiler
 
 
-def _flags(isa: str) -> List[str]:
+def compiler_flags(isa: str) -> List[str]:
+    """The compiler flags of a build for ``isa`` (one of :data:`ISAS`),
+    besides those torch's builder adds (``-fPIC``, ``-shared``, the C++
+    standard)."""
     return _BASE_FLAGS + _ISA_CC_FLAGS[isa]
 
 
@@ -237,7 +242,8 @@ def build_key(sources: Sequence[str],
               isa: str,
               compiler: Tuple[str, str],
               model: Optional[str] = None,
-              flags: Optional[FrozenSet[str]] = None) -> str:
+              flags: Optional[FrozenSet[str]] = None,
+              cc_flags: Optional[Sequence[str]] = None) -> str:
     """Hex digest naming one build of ``sources`` on one machine, torch and
     Python.
 
@@ -247,13 +253,15 @@ def build_key(sources: Sequence[str],
         compiler: ``(path, version line)`` of the compiler.
         model: CPU model name (default: this CPU's).
         flags: CPU flags (default: this CPU's).
+        cc_flags: compiler flags (default: :func:`compiler_flags` of
+            ``isa``).
     """
     if isa not in ISAS:
         raise ValueError(f'isa must be one of {ISAS}, got {isa!r}')
     fields = dict(
         sources=[hashlib.sha256(s.encode()).hexdigest() for s in sources],
         isa=isa,
-        cc_flags=_flags(isa),
+        cc_flags=list(compiler_flags(isa) if cc_flags is None else cc_flags),
         compiler=list(compiler),
         machine=platform.machine(),
         cpu_model=cpu_model() if model is None else model,
@@ -270,7 +278,9 @@ def build_key(sources: Sequence[str],
     return hashlib.sha256(blob).hexdigest()
 
 
-def _cache_dir() -> str:
+def default_cache_dir() -> str:
+    """Where builds are cached: ``$MMACT_CACHE_DIR``, default
+    ``~/.cache/mmact``."""
     return os.environ.get('MMACT_CACHE_DIR',
                           osp.join(osp.expanduser('~'), '.cache', 'mmact'))
 
@@ -313,7 +323,7 @@ def build_extension(isa: Optional[str] = None,
     isa = host_isa() if isa is None else isa
     key = build_key([read_source(name, source_dir) for name in SOURCES], isa,
                     compiler)
-    build_dir = osp.join(cache_dir or _cache_dir(),
+    build_dir = osp.join(cache_dir or default_cache_dir(),
                          f'{_STEM}_{isa}_{key[:16]}')
     built = osp.join(build_dir, f'{_STEM}.so')
     # present only while the library is whole: written after torch's builder
@@ -342,7 +352,7 @@ def build_extension(isa: Optional[str] = None,
         module = _cpp_extension().load(
             name=_STEM,
             sources=[osp.join(source_dir, name) for name in SOURCES],
-            extra_cflags=_flags(isa),
+            extra_cflags=compiler_flags(isa),
             extra_ldflags=['-fopenmp'],
             extra_include_paths=[source_dir],
             build_directory=build_dir)

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from mmact.ops.carafe import (_has_kernel, _mmcv_cuda_carafe, carafe,
-                              carafe_torch)
+from mmact.ops.carafe import (carafe, carafe_torch, has_kernel,
+                              mmcv_cuda_carafe)
 
 
 def carafe_loops(features, masks, k, g, s):
@@ -82,18 +82,18 @@ def test_kernel_probe_runs_mmcv_and_reads_its_refusal():
     from mmcv.ops.carafe import carafe as mmcv_carafe
 
     # mmcv 2.1.0 has no CPU CARAFE: the same refusal as a CUDA-less build.
-    assert not _has_kernel(mmcv_carafe, 'cpu')
-    assert _has_kernel(lambda *args: args[0], 'cpu')
+    assert not has_kernel(mmcv_carafe, 'cpu')
+    assert has_kernel(lambda *args: args[0], 'cpu')
 
     def broken(*args):
         raise RuntimeError('CUDA error: an illegal memory access')
 
     with pytest.raises(RuntimeError, match='illegal memory access'):
-        _has_kernel(broken, 'cpu')
+        has_kernel(broken, 'cpu')
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available() or _mmcv_cuda_carafe() is None,
+    not torch.cuda.is_available() or mmcv_cuda_carafe() is None,
     reason='needs a GPU and mmcv built with CUDA ops')
 def test_cuda_equals_mmcv_kernel_and_the_torch_path():
     torch.manual_seed(0)

@@ -3,25 +3,28 @@ and package data, the compiler, the cache and a quiet build of the CPU
 extension."""
 import os
 import os.path as osp
+import platform
 import re
+import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 
-from mmact.ops import backends, cpu_build
+from mmact.ops import cpu_build
 from mmact.ops.cpu_build import (CSRC, ISAS, SOURCES, build_extension,
-                                 build_key, host_isa, read_source,
-                                 supported_isas)
+                                 build_key, compiler_flags, host_isa,
+                                 read_source, supported_isas)
 
 SOURCES_TEXT = ('// one unit\n', '// another unit\n')
 COMPILER = ('/usr/bin/c++', 'c++ 1.0')
+FAKE_GCC = 'c++ (GCC) 0.0, a stand-in'
 
 needs_cxx = pytest.mark.skipif(
-    cpu_build._compiler('CXX', 'c++') is None
-    or cpu_build.platform.system() != 'Linux',
+    shutil.which(os.environ.get('CXX', 'c++')) is None
+    or platform.system() != 'Linux',
     reason='no C++ compiler on Linux: nothing is built')
-
 
 
 def _python(code: str, env: dict) -> str:
@@ -35,14 +38,21 @@ def _python(code: str, env: dict) -> str:
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
 
+
+def _executable(path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
 def test_supported_isas_follow_cpu_flags(monkeypatch):
-    monkeypatch.setattr(cpu_build.platform, 'machine', lambda: 'x86_64')
+    monkeypatch.setattr(platform, 'machine', lambda: 'x86_64')
     avx512 = {'avx512f', 'avx512dq', 'avx512bw', 'avx512vl', 'avx2', 'fma'}
     assert supported_isas(frozenset(avx512)) == list(ISAS)
     assert supported_isas(frozenset({'avx2', 'fma',
                                      'sse2'})) == ['avx2', 'portable']
     assert supported_isas(frozenset({'avx512f', 'avx2'})) == ['portable']
-    monkeypatch.setattr(cpu_build.platform, 'machine', lambda: 'aarch64')
+    monkeypatch.setattr(platform, 'machine', lambda: 'aarch64')
     assert supported_isas(frozenset(avx512)) == ['portable']
 
 
@@ -66,11 +76,13 @@ def test_build_key_depends_on_sources_isa_flags_compiler_cpu_and_torch(
             isa='avx2',
             compiler=COMPILER,
             model='EPYC',
-            flags=frozenset({'avx2'})):
-        return build_key(sources, isa, compiler, model, flags)
+            flags=frozenset({'avx2'}),
+            cc_flags=None):
+        return build_key(sources, isa, compiler, model, flags, cc_flags)
 
     base = key()
     assert base == key(list(SOURCES_TEXT))
+    assert base == key(cc_flags=compiler_flags('avx2'))
     one, two = SOURCES_TEXT
     others = [
         key(model='Xeon'),
@@ -80,9 +92,9 @@ def test_build_key_depends_on_sources_isa_flags_compiler_cpu_and_torch(
         key((one, two + ' ')),
         key((one, )),
         key(isa='portable'),
+        key(cc_flags=compiler_flags('avx2') + ['-O2']),
     ]
     patches = [
-        (cpu_build, '_BASE_FLAGS', cpu_build._BASE_FLAGS + ['-O2']),
         (cpu_build.torch, '__version__', '0.0.0'),
         (cpu_build.torch, '__file__', '/elsewhere/torch/__init__.py'),
         (cpu_build.torch._C, '_GLIBCXX_USE_CXX11_ABI',
@@ -163,63 +175,107 @@ def test_sources_are_package_data(tmp_path):
     assert set(os.listdir(CSRC)) <= shipped
 
 
+FAILED_BUILD = """
+import warnings
+from mmact.ops import backends, cpu_build
+warnings.simplefilter('always')
+with backends.using(cpu_kernels=False):
+    with warnings.catch_warnings(record=True) as off:
+        assert cpu_build.extension() is None
+with backends.using(cpu_kernels=True):
+    with warnings.catch_warnings(record=True) as first:
+        assert cpu_build.extension() is None
+    with warnings.catch_warnings(record=True) as again:
+        assert cpu_build.extension() is None
+for caught in (off, first, again):
+    print(len(caught), *(str(w.message) for w in caught))
+"""
+
+
 @pytest.mark.skipif(
-    cpu_build.platform.system() != 'Linux', reason='builds run on Linux only')
+    platform.system() != 'Linux', reason='builds run on Linux only')
 def test_clang_or_a_missing_compiler_is_named(tmp_path, monkeypatch):
     """The flags are gcc's and clang's OpenMP runtime is not torch's: CXX
     naming clang (or nothing) is refused with the variable's name, and the
-    ops fall back to torch with that message, warned once."""
-    import warnings
-    clang = tmp_path / 'clang'
-    clang.write_text('#!/bin/sh\necho "Debian clang version 14.0.6"\n')
-    clang.chmod(0o755)
-    monkeypatch.setenv('CXX', str(clang))
+    ops fall back to torch with that message, warned once; with the C
+    kernels switched off nothing is built or remembered (a fresh process,
+    started with them off: its first call with them on tries the build)."""
+    clang = _executable(tmp_path / 'clang',
+                        '#!/bin/sh\necho "Debian clang version 14.0.6"\n')
+    monkeypatch.setenv('CXX', clang)
     with pytest.raises(RuntimeError, match=r'CXX=.*clang.*set CXX=g\+\+'):
         build_extension('portable', str(tmp_path))
-    monkeypatch.setattr(cpu_build, '_built', {})
-    with backends.using(cpu_kernels=True):
-        with pytest.warns(
-                UserWarning,
-                match=r'CPU kernels are unavailable \(RuntimeError: '
-                r'CXX=.*clang.*set CXX=g\+\+'):
-            assert cpu_build.extension() is None
-        with warnings.catch_warnings():
-            warnings.simplefilter('error')
-            assert cpu_build.extension() is None  # remembered: no warning
+    cache = tmp_path / 'cache'
+    out = _python(
+        FAILED_BUILD,
+        dict(
+            os.environ,
+            CXX=clang,
+            MMACT_CACHE_DIR=str(cache),
+            MMACT_DISABLE_CPU_KERNEL='1'))
+    off, first, again = out.splitlines()
+    assert off == '0' and again == '0'
+    assert re.fullmatch(
+        r'1 mmact: the CPU kernels are unavailable \(RuntimeError: '
+        r'CXX=.*clang.*set CXX=g\+\+.*', first), first
+    assert not cache.exists()
     monkeypatch.setenv('CXX', str(tmp_path / 'none'))
     with pytest.raises(RuntimeError, match='no compiler CXX=.*none'):
         build_extension('portable', str(tmp_path))
     assert not list(tmp_path.glob('mmact_cpu_*'))  # nothing was started
 
 
-def test_switched_off(monkeypatch):
-    """With the C kernels switched off nothing is built or remembered."""
-    monkeypatch.setattr(cpu_build, '_built', {})
+@pytest.fixture
+def fake_builder(tmp_path, monkeypatch):
+    """torch's extension builder stood in for: its ``load`` records what it
+    was given (the sources, the ``PATH`` it ran under, whether the library
+    was there), writes the library and returns; ``$CXX`` is a script that
+    says it is a gcc. Returns ``(compiler, loads)``."""
+    from torch.utils import cpp_extension
+    gcc = _executable(tmp_path / 'g++', f'#!/bin/sh\necho "{FAKE_GCC}"\n')
+    monkeypatch.setenv('CXX', gcc)
+    loads = []
 
-    def build():
-        raise AssertionError('built with the C kernels switched off')
+    def load(name, sources, build_directory, **kwargs):
+        # what torch's builder leaves: the library, then the call returns
+        library = osp.join(build_directory, f'{name}.so')
+        loads.append((sources, os.environ['PATH'], osp.exists(library)))
+        open(library, 'w').close()
+        return types.SimpleNamespace(name=name)
 
-    monkeypatch.setattr(cpu_build, 'build_extension', build)
-    with backends.using(cpu_kernels=False):
-        assert cpu_build.extension() is None
-    assert cpu_build._built == {}
+    monkeypatch.setattr(cpp_extension, 'load', load)
+    return (gcc, FAKE_GCC), loads
 
 
-def test_build_finds_the_environments_ninja(monkeypatch, tmp_path):
+def _fake_sources(tmp_path):
+    source_dir = tmp_path / 'csrc'
+    source_dir.mkdir()
+    for name in SOURCES:
+        (source_dir / name).write_text(f'// {name}\n')
+    return str(source_dir)
+
+
+def test_build_finds_the_environments_ninja(monkeypatch, tmp_path,
+                                            fake_builder):
     """pip's ninja in a virtualenv that is not activated is found: the
     Python's scripts directory goes on the build's PATH when ninja is not
-    on PATH already."""
-    from mmact.ops.cpu_build import _build_path
+    on PATH already, and PATH is restored after."""
+    _, loads = fake_builder
+    source_dir = _fake_sources(tmp_path)
     scripts = tmp_path / 'bin'
     scripts.mkdir()
-    ninja = scripts / 'ninja'
-    ninja.write_text('#!/bin/sh\n')
-    ninja.chmod(0o755)
+    _executable(scripts / 'ninja', '#!/bin/sh\n')
     monkeypatch.setattr(sys, 'executable', str(scripts / 'python'))
-    monkeypatch.setenv('PATH', str(tmp_path / 'elsewhere'))
-    assert _build_path().split(os.pathsep)[-1] == str(scripts)
+    elsewhere = str(tmp_path / 'elsewhere')
+    monkeypatch.setenv('PATH', elsewhere)
+    build_extension('portable', str(tmp_path / 'a'), source_dir)
     monkeypatch.setenv('PATH', str(scripts))
-    assert _build_path() == str(scripts)
+    build_extension('portable', str(tmp_path / 'b'), source_dir)
+    assert [path for _, path, _ in loads] == [
+        elsewhere + os.pathsep + str(scripts),
+        str(scripts)
+    ]
+    assert os.environ['PATH'] == str(scripts)
 
 
 @needs_cxx
@@ -260,48 +316,26 @@ def test_import_and_first_calls_are_quiet(tmp_path):
     assert re.fullmatch(built, again), again
 
 
-def test_a_new_build_is_logged_once(tmp_path, monkeypatch):
-    """build_extension hands torch's builder the sources and a PATH with
-    the environment's ninja, logs what it compiled and how long it took,
-    at INFO, and marks the build complete; loading an existing build logs
-    nothing, a removed or damaged library goes back to the builder, a
-    cache where the mark cannot be written still loads, and a CPU with
-    other flags gets a build of its own."""
+def test_a_new_build_is_logged_once(tmp_path, monkeypatch, fake_builder):
+    """build_extension hands torch's builder the sources, logs what it
+    compiled and how long it took, at INFO, and marks the build complete;
+    loading an existing build logs nothing, a removed or damaged library
+    goes back to the builder, a cache where the mark cannot be written
+    still loads, and a CPU with other flags gets a build of its own."""
     import importlib.machinery
     import importlib.util
     import logging
-    import types
+
+    from torch.utils import cpp_extension
+    compiler, loads = fake_builder
     logged = []
     monkeypatch.setattr(cpu_build, 'print_log',
                         lambda msg, logger, level: logged.append((msg, level)))
-    monkeypatch.setattr(cpu_build, '_gcc', lambda *args: COMPILER)
-    source_dir = tmp_path / 'csrc'
-    source_dir.mkdir()
-    for name in SOURCES:
-        (source_dir / name).write_text(f'// {name}\n')
+    source_dir = _fake_sources(tmp_path)
     cache = str(tmp_path / 'cache')
-    # ninja only in the Python's scripts directory: added for the build
-    scripts = tmp_path / 'bin'
-    scripts.mkdir()
-    (scripts / 'ninja').write_text('#!/bin/sh\n')
-    (scripts / 'ninja').chmod(0o755)
-    monkeypatch.setattr(sys, 'executable', str(scripts / 'python'))
-    monkeypatch.setenv('PATH', str(tmp_path / 'nowhere'))
-    build_path = str(tmp_path / 'nowhere') + os.pathsep + str(scripts)
-    loads = []
-
-    def load(name, sources, build_directory, **kwargs):
-        # what torch's builder leaves: the library, then the call returns
-        library = osp.join(build_directory, f'{name}.so')
-        loads.append((sources, os.environ['PATH'], osp.exists(library)))
-        open(library, 'w').close()
-        return types.SimpleNamespace(name=name)
-
-    monkeypatch.setattr(cpu_build, '_cpp_extension',
-                        lambda: types.SimpleNamespace(load=load))
 
     def build():
-        return build_extension('portable', cache, str(source_dir))
+        return build_extension('portable', cache, source_dir)
 
     assert build().name == 'mmact_cpu'
     (msg, level), = logged
@@ -310,13 +344,12 @@ def test_a_new_build_is_logged_once(tmp_path, monkeypatch):
     assert re.fullmatch(
         r'mmact: built the CPU extension \(portable\) in [\d.]+ s into ' +
         re.escape(str(build_dir)), msg), msg
-    key = build_key([read_source(name, str(source_dir)) for name in SOURCES],
-                    'portable', COMPILER)
+    key = build_key([read_source(name, source_dir) for name in SOURCES],
+                    'portable', compiler)
     assert build_dir.name == f'mmact_cpu_portable_{key[:16]}'
     assert (build_dir / 'mmact-complete').is_file()
-    sources = [str(source_dir / name) for name in SOURCES]
-    assert loads == [(sources, build_path, False)]
-    assert os.environ['PATH'] == str(tmp_path / 'nowhere')  # restored
+    sources = [osp.join(source_dir, name) for name in SOURCES]
+    assert [(s, exists) for s, _, exists in loads] == [(sources, False)]
     # torch's builder finding the library already there: no log line
     (build_dir / 'mmact-complete').unlink()
     build()
@@ -352,30 +385,47 @@ def test_a_new_build_is_logged_once(tmp_path, monkeypatch):
     # ... and a whole one is imported without it
     (build_dir / 'mmact_cpu.so').write_text('CACHED = True\n')
 
-    def unused():
-        raise AssertionError('the builder was imported for a cached build')
+    def unused(*args, **kwargs):
+        raise AssertionError('the builder ran for a cached build')
 
-    monkeypatch.setattr(cpu_build, '_cpp_extension', unused)
+    monkeypatch.setattr(cpp_extension, 'load', unused)
     monkeypatch.setattr(
-        cpu_build.importlib.util, 'spec_from_file_location',
+        importlib.util, 'spec_from_file_location',
         lambda name, path: importlib.util.spec_from_loader(
             name, importlib.machinery.SourceFileLoader(name, path)))
     assert build().CACHED
     assert len(logged) == 4
 
 
+MODULE_CPP = """#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "mmact_cpu"};
+PyMODINIT_FUNC PyInit_mmact_cpu(void) { return PyModule_Create(&def); }
+"""
+
+
+@needs_cxx
 def test_the_builders_cuda_notice_is_silenced(tmp_path):
     """torch's extension builder, imported on a machine with a CUDA toolkit
     (CUDA_HOME) and no GPU, says no CUDA runtime was found; imported by
-    mmact to build CPU operators, it says nothing."""
+    mmact to build its CPU extension (here a small stand-in), it says
+    nothing: the build's log line is all."""
     import torch
     if torch.cuda.is_available():
         pytest.skip('a GPU is present: torch gives no notice')
+    source_dir = tmp_path / 'csrc'
+    source_dir.mkdir()
+    for name in SOURCES:
+        (source_dir / name).write_text(
+            MODULE_CPP if name == 'module.cpp' else f'// {name}\n')
+    cache = tmp_path / 'cache'
     env = dict(os.environ, CUDA_HOME=str(tmp_path))
-
-    def output(code):
-        return _python(code, env)
-
-    assert 'No CUDA runtime' in output('import torch.utils.cpp_extension')
-    assert output('from mmact.ops.cpu_build import _cpp_extension\n'
-                  '_cpp_extension()') == ''
+    assert 'No CUDA runtime' in _python('import torch.utils.cpp_extension',
+                                        env)
+    out = _python(
+        'from mmact.ops.cpu_build import build_extension\n'
+        f'build_extension("portable", {str(cache)!r}, {str(source_dir)!r})',
+        env)
+    assert re.fullmatch(
+        r'.* INFO - mmact: built the CPU extension \(portable\) in [\d.]+ '
+        r's into ' + re.escape(str(cache)) + r'/mmact_cpu_portable_\w+\n',
+        out), out

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from mmcv.ops.carafe import CARAFEPack
 
 from mmact.models.layers.carafe import CARAFEUpsample
-from mmact.ops.carafe import _mmcv_cuda_carafe, carafe_torch
+from mmact.ops.carafe import carafe_torch, mmcv_cuda_carafe
 
 ARGS = dict(
     channels=16,
@@ -37,7 +37,7 @@ def test_cpu_forward_is_the_pack_with_the_exact_reassembly():
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available() or _mmcv_cuda_carafe() is None,
+    not torch.cuda.is_available() or mmcv_cuda_carafe() is None,
     reason='needs a GPU and mmcv built with CUDA ops')
 def test_cuda_output_equals_mmcv():
     torch.manual_seed(0)

@@ -13,8 +13,8 @@ import torch
 from mmact.ops import aglu, apa, backends
 from mmact.ops.apa import cpu, dispatch, rebuild_input
 from mmact.ops.apa.dispatch import implementation
-from mmact.ops.cpu_build import (ISAS, _cache_dir, extension, host_isa,
-                                 supported_isas)
+from mmact.ops.cpu_build import (ISAS, default_cache_dir, extension,
+                                 host_isa, supported_isas)
 
 OPS = {'apa': apa, 'aglu': aglu}
 
@@ -449,7 +449,7 @@ def test_every_isa_build_matches_float64(isa):
         return
     env = dict(os.environ, MMACT_CPU_ISA=isa)
     script = (f'import runpy; runpy.run_path({__file__!r})'
-              f'["check_build"]({isa!r}, {_cache_dir()!r})')
+              f'["check_build"]({isa!r}, {default_cache_dir()!r})')
     proc = subprocess.run([sys.executable, '-c', script],
                           cwd=Path(__file__).resolve().parents[3],
                           env=env,

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from mmact.ops import backends
-from mmact.ops.cpu_build import ISAS, _cache_dir, host_isa, supported_isas
+from mmact.ops.cpu_build import (ISAS, default_cache_dir, host_isa,
+                                 supported_isas)
 from mmact.ops.fles import (cpu, fles_fused, fles_mlp_scales, fles_reference,
                             fles_shared_mlp_scales, window_geometry)
 from mmact.ops.fles.cpu import KERNEL_GATES, LOOP_MACS, operator_entry
@@ -175,11 +176,14 @@ def test_every_isa_build_matches_float64(isa):
     if isa not in supported_isas():
         pytest.skip(f'this CPU cannot run {isa} code (no such hardware)')
     if isa == host_isa():
-        _isa_checks(isa, _cache_dir())
+        _isa_checks(isa, default_cache_dir())
         return
     env = dict(os.environ, MMACT_CPU_ISA=isa)
     env.pop('MMACT_DISABLE_CPU_KERNEL', None)
-    args = [sys.executable, '-c', _ISA_RUN, __file__, isa, _cache_dir()]
+    args = [
+        sys.executable, '-c', _ISA_RUN, __file__, isa,
+        default_cache_dir()
+    ]
     run = subprocess.run(
         args, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
