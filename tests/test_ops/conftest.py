@@ -1,10 +1,14 @@
-"""What the ops tests share: which of mmact's torch operators a call ran,
-read from the profiler (a public seam, no patch of mmact's modules)."""
+"""What the ops tests share: which of mmact's torch operators and Triton
+launchers a call ran, read from the profiler (a public seam, no patch of
+mmact's modules): the C++ operators show as ``mmact::<op>``, the Triton
+launchers as ``mmact::triton_<launcher>`` (:mod:`mmact.ops.profiling`)."""
 import contextlib
 from typing import Iterator, List
 
 import pytest
 import torch
+
+TRITON = 'mmact::triton_'
 
 
 @contextlib.contextmanager
@@ -21,3 +25,43 @@ def mmact_ops():
     """``with mmact_ops() as ran:``: after the block, ``ran`` lists the
     ``mmact::`` operators the block called, in order."""
     return recording
+
+
+class Launches:
+    """The Triton launchers called since the start (or :meth:`clear`), by
+    name without the prefix (``'eta_forward'``, ``'fles'``); calling it
+    reads them, stopping and restarting the profiler, so that it can be
+    read in the middle of a test."""
+
+    def __init__(self) -> None:
+        self.names: List[str] = []
+        self.start()
+
+    def start(self) -> None:
+        self.profile = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU])
+        self.profile.start()
+
+    def stop(self) -> None:
+        self.profile.stop()
+        self.names += [
+            e.name[len(TRITON):] for e in self.profile.events()
+            if e.name.startswith(TRITON)
+        ]
+
+    def __call__(self) -> List[str]:
+        self.stop()
+        self.start()
+        return list(self.names)
+
+    def clear(self) -> None:
+        self()
+        self.names.clear()
+
+
+@pytest.fixture
+def triton_launches():
+    """A :class:`Launches` recording from the test's start to its end."""
+    launches = Launches()
+    yield launches
+    launches.stop()

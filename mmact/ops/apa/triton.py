@@ -13,7 +13,8 @@ the input instead of the input: a BN affine, attention weights, a residual
 (:func:`mmact.ops.apa.rebuilt_backward`). Host work per call is kept to a
 few tensor allocations (layouts are planned once per shape and cached): on
 a fast GPU small activations are bound by launch overhead, not by the
-kernels.
+kernels. Each launcher is the profiler range ``mmact::triton_<launcher>``
+(:mod:`mmact.ops.profiling`).
 """
 import functools
 from typing import NamedTuple, Optional, Sequence, Tuple
@@ -21,13 +22,19 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ['eta_forward', 'eta_backward', 'eta_backward_rebuilt']
+from ..profiling import labelled
+
+__all__ = [
+    'eta_forward', 'eta_backward', 'eta_backward_rebuilt', 'BACKWARD_PROGRAMS'
+]
 
 # Elements per tile: 16 (forward) / 8 (backward) per thread at 4 warps.
 _FWD_TILE = 2048
 _BWD_TILE = 1024
-# Backward programs to aim for (a few per SM); each walks several tiles.
-_BWD_PROGRAMS = 2048
+#: Backward programs to aim for (a few per SM); each walks several tiles.
+#: Read at every call (a test lowers it so that each program walks several
+#: tiles of a small tensor).
+BACKWARD_PROGRAMS = 2048
 
 
 class _Plan(NamedTuple):
@@ -127,6 +134,7 @@ def _kernels():
     return apa_kernels
 
 
+@labelled('mmact::triton_eta_forward')
 def eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
                 channel_dim: int) -> Tensor:
     """APA (``name='apa'``) or AGLU (``'aglu'``) of ``x``, in its dtype.
@@ -179,14 +187,15 @@ def _to_param(grad: Tensor, p: Tensor) -> Tensor:
 
 
 @functools.lru_cache(maxsize=1024)
-def _bwd_grid(plan: _Plan) -> Tuple[int, int, int, int]:
-    """(programs, groups, tiles walked per program, partial rows S): a
-    program walks tiles along the direction in which its channels stay."""
+def _bwd_grid(plan: _Plan, aim: int) -> Tuple[int, int, int, int]:
+    """(programs, groups, tiles walked per program, partial rows S) for
+    about ``aim`` programs: a program walks tiles along the direction in
+    which its channels stay."""
     if plan.axis == 0:
         walk, other = plan.n_q, plan.n_p
     else:
         walk, other = plan.n_p, plan.n_q
-    iters = min(walk, max(1, walk * other // _BWD_PROGRAMS))
+    iters = min(walk, max(1, walk * other // aim))
     groups = _cdiv(walk, iters)
     rows = (plan.P // plan.C) * groups if plan.axis == 0 else groups
     return other * groups, groups, iters, rows
@@ -215,7 +224,7 @@ def _launch_backward(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
         return (grad_x, torch.zeros_like(kappa) if need_k else None,
                 torch.zeros_like(lam) if need_l else None)
     lam32 = _param(lam, x)
-    programs, groups, iters, S = _bwd_grid(plan)
+    programs, groups, iters, S = _bwd_grid(plan, BACKWARD_PROGRAMS)
     part = x.new_empty(
         2 * S * plan.C if need_params else 1, dtype=torch.float32)
     _kernels().eta_bwd_kernel[(programs, )](
@@ -268,6 +277,7 @@ def _launch_backward(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
             _to_param(grad_l, lam) if need_l else None)
 
 
+@labelled('mmact::triton_eta_backward')
 def eta_backward(
     name: str, x: Tensor, grad_out: Tensor, kappa: Tensor, lam: Tensor,
     channel_dim: int, needs: Sequence[bool]
@@ -295,6 +305,7 @@ def _coef(t: Optional[Tensor], src: Tensor) -> Optional[Tensor]:
     return None if t is None else _param(t.reshape(-1), src)
 
 
+@labelled('mmact::triton_eta_backward_rebuilt')
 def eta_backward_rebuilt(
     name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor, src: Tensor,
     scale: Optional[Tensor], shift: Optional[Tensor], other: Optional[Tensor],

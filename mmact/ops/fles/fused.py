@@ -26,14 +26,14 @@ Traced calls, forward-mode AD and ``composite=True`` run the composite,
 :func:`.dispatch.implementation` decides which of these runs, once per
 call, from the input and the backends in force (:mod:`mmact.ops.backends`).
 """
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
-from torch.profiler import record_function
 
 from ...compat import is_tracing
+from ..profiling import label
 from ..second_derivative import differentiable_once
 from . import cpu
 from .blocked import (apply_overlapping, apply_tiles, gate_grads_overlapping,
@@ -46,15 +46,6 @@ from .scales import (K_HO_MIN, ScaleFn, fles_mlp_scales, fles_reference,
                      scales_vjp)
 
 __all__ = ['fles_fused']
-
-
-def _stage(name: str):
-    """The ``torch.profiler`` label of a stage, while a profiler records
-    (or a tracer sees it); otherwise nothing: entering a label costs about
-    15 us, more than a whole stage on a small map."""
-    if is_tracing() or torch.autograd._profiler_enabled():
-        return record_function(name)
-    return nullcontext()
 
 
 #: Indicator grids up to this many values run the scale MLP on one thread.
@@ -102,7 +93,7 @@ def _fles_forward(x: Tensor,
     n, c, h, w = x.shape
     planes = n * c
     xf = x.reshape(planes, h, w)
-    with _stage('fles.stats'):
+    with label('fles.stats'):
         if plan.c_stats:
             ind, count = cpu.stats(xf, geom, mode)
         else:
@@ -111,7 +102,7 @@ def _fles_forward(x: Tensor,
             ind = sums / count
     ind = ind.view(n, c, *geom.grid)
     vjp = None
-    with _stage('fles.mlp'), _small_op_threads(ind):
+    with label('fles.mlp'), _small_op_threads(ind):
         if keep_vjp:
             k_ve, k_ho, backward = scales_vjp(scale_fn, ind, params)
             k_ve, k_ho = k_ve.detach(), k_ho.detach()
@@ -120,7 +111,7 @@ def _fles_forward(x: Tensor,
             k_ve, k_ho = scale_fn(ind, *params)
     kv = k_ve.reshape(planes, *geom.grid)
     ko = k_ho.reshape(planes, *geom.grid)
-    with _stage('fles.apply'):
+    with label('fles.apply'):
         if plan.c_gate:
             out = cpu.apply(xf, kv, ko, geom, gate)
         else:
@@ -169,7 +160,7 @@ class _FleSFunction(torch.autograd.Function):
         k_ve, k_ho, scales_backward = ctx.vjp
         kv = k_ve.reshape(planes, *geom.grid)
         ko = k_ho.reshape(planes, *geom.grid)
-        with _stage('fles.bwd.gate'):
+        with label('fles.bwd.gate'):
             if plan.c_gate:
                 grad_x, g_ve, g_ho = cpu.gate_backward(xf, gf, kv, ko, geom,
                                                        ctx.gate)
@@ -180,11 +171,11 @@ class _FleSFunction(torch.autograd.Function):
                     if geom.overlapping else gate_grads_tiles)
                 g_ve, g_ho = gate_grads(xf, gf, kv, ko, geom, ctx.gate, block,
                                         grad_x)
-        with _stage('fles.bwd.mlp'), _small_op_threads(ind):
+        with label('fles.bwd.mlp'), _small_op_threads(ind):
             g_ind, *param_grads = scales_backward(g_ve, g_ho)
         g_gamma = g_beta = None
         if g_ind is not None:
-            with _stage('fles.bwd.indicator'):
+            with label('fles.bwd.indicator'):
                 if plan.c_stats:
                     cpu.indicator_backward(xf, grad_x, g_ind, count, geom,
                                            ctx.mode)

@@ -1,13 +1,15 @@
 """FleS on the Triton kernels (tiles or a global window).
 
-Called by :func:`mmact.ops.fles.fles_fused` when its dispatch
-(``_implementation``: the Triton settings cover the tensor and
+Called by :func:`mmact.ops.fles.fles_fused` when its table
+(:func:`.dispatch.implementation`: the Triton settings cover the tensor and
 :func:`supported` holds) picks it;
 other configurations (overlapping windows, the softplus and quasi-linear
 indicators) keep the torch path. Four passes over the pixels per training
 step, two of them in backward (see :mod:`.triton_kernels`); the scale MLP on
 the window grid runs in torch and is re-run in backward, so only ``x`` is
-saved. Indicators and scales are float32 whatever the input dtype.
+saved. Indicators and scales are float32 whatever the input dtype. The
+forward and the backward are the profiler ranges ``mmact::triton_fles`` and
+``mmact::triton_fles_backward`` (:mod:`mmact.ops.profiling`).
 """
 import functools
 from typing import NamedTuple, Sequence, Tuple
@@ -15,6 +17,7 @@ from typing import NamedTuple, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..profiling import labelled
 from ..second_derivative import differentiable_once
 from .gates import GATES
 from .geometry import WindowGeometry, window_area
@@ -135,6 +138,7 @@ class _FleSTriton(torch.autograd.Function):
         return y.view_as(x)
 
     @staticmethod
+    @labelled('mmact::triton_fles_backward')
     @differentiable_once
     def backward(ctx, grad_out: Tensor):
         x, ind, count, *params = ctx.saved_tensors
@@ -188,6 +192,7 @@ class _FleSTriton(torch.autograd.Function):
         return (grad_x.view_as(x), None, None, None, None, *param_grads)
 
 
+@labelled('mmact::triton_fles')
 def fles_triton(x: Tensor, geom: WindowGeometry, params: Sequence[Tensor],
                 gate: str, mode: str, scale_fn: ScaleFn) -> Tensor:
     """FleS of a contiguous ``(N, C, H, W)`` map on the Triton kernels.
