@@ -61,9 +61,15 @@ def test_untie_gives_each_position_its_own_copy():
         act.register_forward_hook(lambda m, a, o, i=i: calls.append(i))
     model(x)
     assert calls == [0, 1, 2]
-    # deepcopy (EMA hooks do this) keeps the dispatcher on the copies
+    # deepcopy (EMA hooks do this) keeps the dispatcher on the copies: the
+    # copy's forward calls the copy's activations, not the model's
     clone = copy.deepcopy(model)
-    assert clone.layer1[0].relu._owner[0] is clone.layer1[0]
+    copies = [clone.layer1[0].act1, clone.layer1[0].act2, clone.layer1[0].act3]
+    ran = []
+    for act in acts + copies:
+        act.register_forward_hook(lambda m, a, o: ran.append(m))
+    clone(x)
+    assert len(ran) == 3 and all(a is b for a, b in zip(ran, copies))
 
 
 def test_untied_keys_match_actresnet():

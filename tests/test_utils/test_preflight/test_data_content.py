@@ -216,4 +216,7 @@ def test_annotations_read_once_and_the_runner_gets_that_dataset(
     loader = Runner.build_dataloader(runner._train_dataloader)
     assert loader.dataset is built['train'] and len(loads) == 1
     assert cfg.train_dataloader.dataset.type == 'CocoDataset'  # dump intact
-    assert not data_content._CHECKED  # handed over, not kept
+    # handed over, not kept: a second build of that config finds nothing
+    key = runner._train_dataloader['dataset']['key']
+    with pytest.raises(KeyError, match=key):
+        Runner.build_dataloader(runner._train_dataloader)
