@@ -1,5 +1,7 @@
 """CPU benchmarks in tools/benchmarks: smoke runs on tiny shapes (no timed
-assertions) and the shared method in bench_utils."""
+assertions: the tables' structure, ratio columns that parse as numbers and
+the targets they print being the scripts' own constants) and the shared
+method in bench_utils."""
 import mmap
 import os
 import re
@@ -30,8 +32,9 @@ def run(script, *args):
     return proc.stdout
 
 
-def tables(out):
-    """[(machine line, header cells, rows of cells)] of printed tables."""
+def tables(out, titles=None):
+    """[(machine line, header cells, rows of cells)] of printed tables; their
+    titles appended to ``titles`` when given."""
     found = []
     lines = out.splitlines()
     for i, line in enumerate(lines):
@@ -43,7 +46,24 @@ def tables(out):
                     break
                 rows.append([c.strip() for c in row.strip('|').split('|')])
             found.append((lines[i + 1], header, rows))
+            if titles is not None:
+                titles.append(line[4:])
     return found
+
+
+def spread(cell):
+    """(median, min, max) of a ``median [min-max]`` cell, which must parse
+    and be ordered."""
+    match = re.fullmatch(r'([\d.]+) \[([\d.]+)-([\d.]+)\]', cell)
+    assert match, cell
+    med, lo, hi = map(float, match.groups())
+    assert lo <= med <= hi, cell
+    return med, lo, hi
+
+
+def targets(title):
+    """The numbers a title gives as targets (``... <= 1.5``)."""
+    return [float(t) for t in re.findall(r'<= ([\d.]+)', title)]
 
 
 def check_machine_line(line, threads):
@@ -71,42 +91,41 @@ def test_activation_benchmark_table():
         faults = header.index('page faults/call median [max]')
         for row in rows:
             assert row[header.index('threads')] == str(threads)
-            assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
+            spread(row[ratio])
             assert re.fullmatch(r'\d+ \[\d+\]', row[faults])
         silu = rows[names.index('SiLU')]
-        assert silu[ratio] == '1.00 [1.00-1.00]'
+        assert spread(silu[ratio]) == (1.0, 1.0, 1.0)  # its own baseline
         apa = rows[names.index('mmact APA')]
         assert apa[header.index('baseline')] == 'Sigmoid'
 
 
 @pytest.mark.slow
-def test_overhead_benchmark_tables():
+def test_overhead_benchmark_tables(load_tool):
+    """Each module against its baseline, with the script's target (train:
+    TARGETS, eval: EVAL_TARGET; none for the references)."""
+    tool = load_tool('tools/benchmarks/benchmark_overhead.py')
     out = run('benchmark_overhead.py', '--calls', '3', '--repeats', '2',
               '--warmup', '1')
-    found = tables(out)
+    titles = []
+    found = tables(out, titles)
     assert len(found) == 2  # train, eval
-    for line, header, rows in found:
+    assert 'forward + backward' in titles[0]
+    assert 'eval() + no_grad' in titles[1]
+    for (line, header, rows), mode in zip(found, ('train', 'eval')):
         check_machine_line(line, 1)
         names = [r[0] for r in rows]
-        assert names == [
-            'SiLU', 'Sigmoid', 'GELU', 'PReLU', 'AGLU', 'AGLU per-channel',
-            'APA', 'APA per-channel', 'FleS (global)'
-        ]
-        base = {r[0]: r[header.index('baseline')] for r in rows}
-        assert base['AGLU'] == 'SiLU' and base['APA'] == 'Sigmoid'
-        assert base['FleS (global)'] == 'GELU' and base['PReLU'] == 'SiLU'
+        assert names == ['SiLU', 'Sigmoid', 'GELU', *tool.TARGETS]
         ratio = header.index('ratio median [min-max]')
-        for row in rows[3:]:
-            assert re.fullmatch(r'[\d.]+ \[[\d.]+-[\d.]+\]', row[ratio])
-    targets = [{
-        r[0]: r[header.index('target')]
-        for r in rows
-    } for _, header, rows in found]
-    assert targets[0]['AGLU'] == '<= 1.5'
-    assert targets[0]['FleS (global)'] == '<= 3.0'
-    assert targets[1]['APA'] == '<= 1.3'
-    assert targets[0]['PReLU'] == targets[1]['PReLU'] == ''  # a reference
-    assert 'forward + backward' in out and 'eval() + no_grad' in out
+        for row in rows:
+            base, target = tool.TARGETS.get(row[0], ('', None))
+            assert row[header.index('baseline')] == base
+            if base:
+                spread(row[ratio])
+            if target and mode == 'eval':
+                target = tool.EVAL_TARGET
+            printed = row[header.index('target')]
+            assert targets(printed) == ([target] if target else []), printed
+    assert tool.TARGETS['PReLU'][1] is None  # a reference, without target
 
 
 @pytest.mark.slow
@@ -122,6 +141,9 @@ def test_fles_benchmark_table_and_profile():
         'page faults/call median [max]'
     } <= set(header)
     assert [r[0] for r in rows] == ['GELU', 'FleS']
+    ratio = header.index('ratio to GELU median [min-max]')
+    assert spread(rows[0][ratio]) == (1.0, 1.0, 1.0)
+    spread(rows[1][ratio])
     stages = [r[1] for r in prows]
     for key in ('fles.stats', 'fles.mlp', 'fles.apply', 'fles.bwd.gate',
                 'fles.bwd.indicator', 'fles.total', 'gelu.total'):
@@ -133,18 +155,27 @@ def test_fles_benchmark_table_and_profile():
 
 
 @pytest.mark.slow
-def test_backbone_benchmark_table():
+def test_backbone_benchmark_table(load_tool):
+    tool = load_tool('tools/benchmarks/benchmark_backbone.py')
     out = run('benchmark_backbone.py', '--depth', '18', '--batch', '2',
               '--size', '64', '--steps', '1', '--warmup', '0', '--threads',
               '1')
-    ((line, header, rows), ) = tables(out)
+    titles = []
+    ((line, header, rows), ) = tables(out, titles)
     check_machine_line(line, 1)
+    assert targets(titles[0]) == [tool.TIME_TARGET, tool.MEMORY_TARGET]
     assert {
         'ISA', 'threads', 'peak memory ratio', 'page faults/step median [max]'
     } <= set(header)
-    assert [r[0] for r in rows] == [
+    assert [r[0] for r in rows] == list(tool.CONFIGS)
+    assert list(tool.CONFIGS) == [
         'SE-ResNet ReLU', 'APA*+AGLU (saves inputs)', 'APA*+AGLU (memory-lean)'
     ]
+    ratio = header.index('ratio to SE-ResNet ReLU median [min-max]')
+    assert spread(rows[0][ratio]) == (1.0, 1.0, 1.0)
+    for row in rows:
+        spread(row[ratio])
+        float(row[header.index('peak memory ratio')])
     saved = header.index('saved-for-backward ratio')
     assert float(rows[2][saved]) < float(rows[1][saved])
 
@@ -164,6 +195,24 @@ def test_backbone_benchmark_compile_table():
         ('APA*+AGLU (memory-lean), compiled', 'SE-ResNet ReLU, compiled'),
     ]
     assert 'backend eager' in out
+
+
+@pytest.mark.slow
+def test_safe_load_benchmark_table(load_tool):
+    tool = load_tool('tools/benchmarks/benchmark_safe_load.py')
+    out = run('benchmark_safe_load.py', '--repeats', '1')
+    titles = []
+    ((line, header, rows), ) = tables(out, titles)
+    check_machine_line(line, 1)
+    assert targets(titles[0]) == [tool.TARGET]
+    assert [r[0] for r in rows] == [
+        'torch.load(weights_only=False)', 'mmact safe_load',
+        'torch.load(weights_only=True)'
+    ]
+    ratio = header.index('x baseline: median [min-max]')
+    assert spread(rows[0][ratio]) == (1.0, 1.0, 1.0)
+    for row in rows:
+        spread(row[ratio])
 
 
 def test_interleaved_counts_page_faults(load_tool):
