@@ -213,7 +213,8 @@ def test_clang_or_a_missing_compiler_is_named(tmp_path, monkeypatch):
             CXX=clang,
             MMACT_CACHE_DIR=str(cache),
             MMACT_DISABLE_CPU_KERNEL='1'))
-    off, first, again = out.splitlines()
+    # stdout first; torch 2.1 adds a ResourceWarning of its own at exit
+    off, first, again = out.splitlines()[:3]
     assert off == '0' and again == '0'
     assert re.fullmatch(
         r'1 mmact: the CPU kernels are unavailable \(RuntimeError: '
