@@ -161,3 +161,15 @@ def test_safetensors_weights_test_and_refuse_a_resume(cwd, tmp_path):
     result = train(cwd, tmp_path, '--resume', path)
     assert result.returncode != 0
     assert 'holds weights only (safetensors)' in result.stderr
+
+
+def test_inference_tool(cwd, tmp_path, crafted_checkpoint):
+    path, marker = crafted_checkpoint()
+    image = tmp_path / 'image.jpg'
+    import cv2
+    import numpy as np
+    cv2.imwrite(str(image), np.zeros((32, 32, 3), np.uint8))
+    result = run(cwd, REPO / 'tools/misc/infer_image.py',
+                 REPO / 'configs/toy/apa_mrcnn_r50_toy.py', path, image,
+                 '--out-dir', tmp_path / 'out')
+    assert_refused(result, marker, repr(str(path)))

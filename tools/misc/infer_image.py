@@ -32,6 +32,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         type=float,
         default=0.3,
         help='draw the detections scoring at least this')
+    from mmact.checkpoint import add_trust_argument
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -40,16 +42,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     import mmact  # noqa: F401  (registers mmact components)
     from mmdet.apis import DetInferencer
 
+    from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
+                                  safe_checkpoint_loading)
     from mmact.utils.preflight import check_checkpoint, load_config
     check_checkpoint(args.checkpoint)
     cfg = load_config(args.config)
     cfg.model.get('backbone', {}).pop('init_cfg', None)  # the checkpoint's
-    inferencer = DetInferencer(
-        model=cfg,
-        weights=args.checkpoint,
-        device=args.device,
-        scope=cfg.get('default_scope', 'mmdet'),
-        show_progress=False)
+    try:
+        with safe_checkpoint_loading(args.trust_checkpoint):
+            inferencer = DetInferencer(
+                model=cfg,
+                weights=args.checkpoint,
+                device=args.device,
+                scope=cfg.get('default_scope', 'mmdet'),
+                show_progress=False)
+    except (UnsafeCheckpointError, CheckpointLoadError) as error:
+        sys.exit(f'mmact: {error}')
     inferencer(
         args.images,
         out_dir=args.out_dir,
