@@ -34,14 +34,16 @@ def labelled(name: str) -> Callable[[F], F]:
     """Decorator: each call of the function is the profiler range ``name``
     while a profiler records (launchers, which tracers never reach)."""
 
+    recording = torch.autograd._profiler_enabled
+
     def decorate(fn: F) -> F:
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            if not torch.autograd._profiler_enabled():
-                return fn(*args, **kwargs)
-            with record_function(name):
-                return fn(*args, **kwargs)
+            if recording():
+                with record_function(name):
+                    return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
 
         return call
 
