@@ -38,7 +38,7 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> bool:
     if launcher == 'none' or torch.cuda.is_available():
         return False
     if launcher == 'slurm':
-        _slurm_environment(_dist_cfg_port(cfg))
+        slurm_environment(_dist_cfg_port(cfg))
     elif launcher != 'pytorch':
         raise RuntimeError(
             f'launcher={launcher!r} on a machine without a GPU is not '
@@ -125,8 +125,12 @@ def _dist_cfg_port(cfg: Config) -> Optional[int]:
     return (cfg.get('env_cfg') or {}).get('dist_cfg', {}).get('port')
 
 
-def _slurm_environment(port: Optional[int]) -> None:
-    """torch.distributed's variables from slurm's (mmengine's rules)."""
+def slurm_environment(port: Optional[int]) -> None:
+    """torch.distributed's variables from slurm's (mmengine's rules).
+
+    Args:
+        port (int, optional): ``MASTER_PORT``; None keeps the environment's.
+    """
     nodes = os.environ['SLURM_NODELIST']
     os.environ.setdefault(
         'MASTER_ADDR',

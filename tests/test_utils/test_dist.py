@@ -113,7 +113,7 @@ def test_slurm_tasks_get_torch_distributed_variables(monkeypatch):
     """On a CPU machine the slurm launcher reads rank, world size and the
     first node (``scontrol show hostname``, here a stand-in) as mmengine
     does on GPUs."""
-    from mmact.utils.dist import _slurm_environment
+    from mmact.utils.dist import slurm_environment
     fake = Path(__file__).parents[1] / 'test_tools' / 'fake_slurm'
     monkeypatch.setenv('PATH', f'{fake}:{os.environ["PATH"]}')
     for name, value in dict(
@@ -125,7 +125,7 @@ def test_slurm_tasks_get_torch_distributed_variables(monkeypatch):
     for name in ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE',
                  'LOCAL_RANK'):
         monkeypatch.delenv(name, raising=False)
-    _slurm_environment(port=29999)
+    slurm_environment(port=29999)
     assert (os.environ['MASTER_ADDR'], os.environ['MASTER_PORT']) == \
         ('127.0.0.1', '29999')
     assert (os.environ['RANK'], os.environ['WORLD_SIZE'],

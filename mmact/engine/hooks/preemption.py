@@ -29,7 +29,7 @@ from .durable_checkpoint import save_durably, write_durably
 from .exact_resume import (ExactResumeHook, SkipWithoutRandomness,
                            capture_random_state, restore_random_state)
 
-__all__ = ['PreemptionHook']
+__all__ = ['PreemptionHook', 'ResumedEpoch']
 
 
 class _SkipBatches:
@@ -70,12 +70,17 @@ def _without_first_batches(loader: DataLoader, skip: int) -> DataLoader:
         **kwargs)
 
 
-class _ResumedEpoch:
+class ResumedEpoch:
     """The train dataloader for an epoch resumed after ``skip`` batches: it
     yields the rest of the epoch's batches (the sampler's order for this
     epoch is the uninterrupted run's) without drawing from the random
     generators the resumed state restored, and otherwise stands for the
-    dataloader (length, dataset, sampler)."""
+    dataloader (length, dataset, sampler).
+
+    Args:
+        dataloader: The epoch loop's dataloader.
+        skip (int): Batches of this epoch already trained.
+    """
 
     def __init__(self, dataloader, skip: int) -> None:
         self.dataloader = dataloader
@@ -145,7 +150,7 @@ class PreemptionHook(Hook):
         self.signals = tuple(signals)
         self._training = False
         self._installed_here = False
-        self._resumed_epoch: Optional[_ResumedEpoch] = None
+        self._resumed_epoch: Optional[ResumedEpoch] = None
 
     def before_train(self, runner) -> None:
         """Record signals from now on; resume a stopped epoch where it
@@ -218,7 +223,7 @@ class PreemptionHook(Hook):
             f'PreemptionHook: resuming epoch {runner.epoch + 1} after its '
             f'first {done} of {per_epoch} batches',
             logger='current')
-        self._resumed_epoch = _ResumedEpoch(loop.dataloader, done)
+        self._resumed_epoch = ResumedEpoch(loop.dataloader, done)
         loop.dataloader = self._resumed_epoch
         run_iter = type(loop).run_iter
         loop.run_iter = lambda idx, batch: run_iter(loop, idx + done, batch)

@@ -8,7 +8,7 @@ from mmengine.runner import EpochBasedTrainLoop
 from torch.utils.data import DataLoader
 
 from mmact.engine.hooks import PreemptionHook
-from mmact.engine.hooks.preemption import _ResumedEpoch
+from mmact.engine.hooks.preemption import ResumedEpoch
 
 
 def test_a_resumed_epoch_skips_trained_batches_by_index_without_randomness():
@@ -24,7 +24,7 @@ def test_a_resumed_epoch_skips_trained_batches_by_index_without_randomness():
             return index
 
     loader = DataLoader(Numbers(), batch_size=2, shuffle=False)
-    resumed = _ResumedEpoch(loader, skip=2)
+    resumed = ResumedEpoch(loader, skip=2)
     assert len(resumed) == 5 and resumed.dataset is loader.dataset
     state = torch.get_rng_state()
     iterator = iter(resumed)  # a DataLoader iterator draws its base seed
