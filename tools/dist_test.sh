@@ -5,25 +5,5 @@
 CONFIG=$1
 CHECKPOINT=$2
 GPUS=$3
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-TOOLS="$(cd "$(dirname "$0")" && pwd)"
-if [[ -z "$PYTHON" ]]; then
-  if [[ -x "$TOOLS/../.venv/bin/python" ]]; then PYTHON="$TOOLS/../.venv/bin/python"; else PYTHON=python; fi
-fi
-
-# exec: killing this script kills torchrun, whose workers then end too
-# (mmact.utils.end_with_launcher); torchrun alone would leave them running.
-export PYTHONPATH="$TOOLS/..":$PYTHONPATH MMACT_LAUNCHER_PID=$$
-exec "$PYTHON" -m torch.distributed.run \
-    --nnodes="$NNODES" \
-    --node_rank="$NODE_RANK" \
-    --master_addr="$MASTER_ADDR" \
-    --nproc_per_node="$GPUS" \
-    --master_port="$PORT" \
-    "$TOOLS/test.py" \
-    "$CONFIG" \
-    "$CHECKPOINT" \
-    --launcher pytorch "${@:4}"
+source "$(dirname "$0")/launcher_common.sh"
+torchrun_tool "$TOOLS/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "${@:4}"

@@ -8,27 +8,14 @@
 # checkpoint, with exit status 75. Inside a batch job (sbatch) this script
 # then requeues the job (scontrol requeue), and the requeued job, running this
 # script again, resumes from that checkpoint by itself.
-if [[ $# -lt 4 || -z "$1" ]]; then
-  echo "usage: $0 PARTITION JOB_NAME CONFIG WORK_DIR [train.py options]; got $# arguments, PARTITION '$1' (the slurm partition: \$SLURM_JOB_PARTITION in a batch script)" >&2
-  exit 2
-fi
+source "$(dirname "$0")/launcher_common.sh"
+slurm_usage 4 "$0 PARTITION JOB_NAME CONFIG WORK_DIR [train.py options]" "$@"
 set -x
 PARTITION=$1
 JOB_NAME=$2
 CONFIG=$3
 WORK_DIR=$4
-GPUS=${GPUS:-8}
-GPUS_PER_NODE=${GPUS_PER_NODE:-8}
-CPUS_PER_TASK=${CPUS_PER_TASK:-5}
-SRUN_ARGS=${SRUN_ARGS:-""}
 SIGNAL_LEAD=${SIGNAL_LEAD:-90}
-PY_ARGS=${@:5}
-TOOLS="$(cd "$(dirname "$0")" && pwd)"
-# the interpreter, as tools/dist_train.sh finds it: PYTHON, else the
-# repository's .venv, else python on the PATH
-if [[ -z "$PYTHON" ]]; then
-  if [[ -x "$TOOLS/../.venv/bin/python" ]]; then PYTHON="$TOOLS/../.venv/bin/python"; else PYTHON=python; fi
-fi
 PREEMPTED=75
 
 # slurm signals the batch shell too: let srun's tasks save, then requeue
@@ -36,17 +23,8 @@ trap 'echo "slurm_train.sh: stop signal; waiting for the checkpoint"' TERM USR1
 SIGNAL_ARG=()
 if [[ "$SIGNAL_LEAD" != 0 ]]; then SIGNAL_ARG=(--signal="USR1@$SIGNAL_LEAD"); fi
 
-PYTHONPATH="$TOOLS/..":$PYTHONPATH \
-srun -p "${PARTITION}" \
-    --job-name="${JOB_NAME}" \
-    --gres=gpu:"${GPUS_PER_NODE}" \
-    --ntasks="${GPUS}" \
-    --ntasks-per-node="${GPUS_PER_NODE}" \
-    --cpus-per-task="${CPUS_PER_TASK}" \
-    --kill-on-bad-exit=1 \
-    "${SIGNAL_ARG[@]}" \
-    ${SRUN_ARGS} \
-    "$PYTHON" -u "$TOOLS/train.py" "${CONFIG}" --work-dir="${WORK_DIR}" --launcher="slurm" ${PY_ARGS} &
+srun_tool "${SIGNAL_ARG[@]}" \
+    "$PYTHON" -u "$TOOLS/train.py" "${CONFIG}" --work-dir="${WORK_DIR}" --launcher="slurm" "${@:5}" &
 wait $!
 status=$?
 while [[ $status -gt 128 ]] && kill -0 $! 2>/dev/null; do  # a trap ended wait

@@ -49,7 +49,7 @@ def checkout(tmp_path, monkeypatch):
     """A copy of the launchers in a repository layout, a stand-in
     ``python`` on the PATH."""
     (tmp_path / 'repo/tools').mkdir(parents=True)
-    for script in LAUNCHERS:
+    for script in (*LAUNCHERS, 'launcher_common.sh'):
         shutil.copy(REPO / 'tools' / script, tmp_path / 'repo/tools' / script)
     _fake_python(tmp_path / 'bin/python', 'path-python')
     monkeypatch.delenv('PYTHON', raising=False)

@@ -1,0 +1,53 @@
+# Sourced by tools/{dist,slurm}_{train,test}.sh: what the four launchers share.
+#   TOOLS   this folder;
+#   PYTHON  the interpreter: PYTHON if set, else the repository's .venv, else
+#           python on the PATH;
+#   PYTHONPATH starts with the repository (mmact and its tools import).
+TOOLS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -z "$PYTHON" ]]; then
+  if [[ -x "$TOOLS/../.venv/bin/python" ]]; then PYTHON="$TOOLS/../.venv/bin/python"; else PYTHON=python; fi
+fi
+export PYTHONPATH="$TOOLS/..":$PYTHONPATH
+
+# torchrun_tool [torchrun options] TOOL [tool options]: GPUS processes per
+# node (NNODES, NODE_RANK, MASTER_ADDR, PORT for several machines). exec:
+# killing the launcher kills torchrun, whose workers then end too
+# (mmact.utils.end_with_launcher); torchrun alone would leave them running.
+torchrun_tool() {
+  export MMACT_LAUNCHER_PID=$$
+  exec "$PYTHON" -m torch.distributed.run \
+      --nnodes="${NNODES:-1}" \
+      --node_rank="${NODE_RANK:-0}" \
+      --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+      --nproc_per_node="$GPUS" \
+      --master_port="${PORT:-29500}" \
+      "$@"
+}
+
+# slurm_usage MIN_ARGS USAGE "$@": stop with the usage (exit 2) when an
+# argument is missing or the partition is empty (an unset $PARTITION in a
+# batch script shifts the others).
+slurm_usage() {
+  local min=$1 usage=$2
+  shift 2
+  if [[ $# -lt $min || -z "$1" ]]; then
+    echo "usage: $usage; got $# arguments, PARTITION '$1' (the slurm partition: \$SLURM_JOB_PARTITION in a batch script)" >&2
+    exit 2
+  fi
+}
+
+# srun_tool [srun options] TOOL [tool options]: GPUS tasks on PARTITION,
+# GPUS_PER_NODE per node, CPUS_PER_TASK each, plus SRUN_ARGS. exec: run in the
+# background (srun_tool ... &), the subshell becomes srun, which handles the
+# stop signals itself (a subshell would die of the ones its parent traps).
+srun_tool() {
+  exec srun -p "${PARTITION}" \
+      --job-name="${JOB_NAME}" \
+      --gres=gpu:"${GPUS_PER_NODE:-8}" \
+      --ntasks="${GPUS:-8}" \
+      --ntasks-per-node="${GPUS_PER_NODE:-8}" \
+      --cpus-per-task="${CPUS_PER_TASK:-5}" \
+      --kill-on-bad-exit=1 \
+      ${SRUN_ARGS} \
+      "$@"
+}
