@@ -154,11 +154,11 @@ def test_attention_stats_split_by_shots(cls_configs, tmp_path):
     out = tmp_path / 'attention'
     result = run_tool('attention_stats.py', paths['apase'],
                       tmp_path / 'ckpt.pth', '--out-dir', out,
-                      '--num-samples', '10', '--many-threshold', '4',
-                      '--few-threshold', '3')
+                      '--num-samples', '10', '--many-threshold', '3',
+                      '--few-threshold', '2')
     assert_png(out / 'attention_stats.png')
     stats = json.loads((out / 'attention_stats.json').read_text())
-    # classes with 8, 5 | 3 | 2, 1 training images; 2 val images each
+    # classes with 8, 4 | 2 | 1, 1 training images; 2 val images each
     assert stats['samples_per_group'] == dict(many=4, medium=2, few=4)
     assert len(stats['layers']) == 16
     for layer in stats['layers']:

@@ -148,10 +148,12 @@ def test_safetensors_weights_test_and_refuse_a_resume(cwd, tmp_path):
     """tools/test.py reads safetensors weights; --resume refuses them (a
     resume needs the state a training run wrote)."""
     from mmengine.config import Config
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
 
     from mmact.checkpoint import save_safetensors
-    model = MODELS.build(Config.fromfile(TINY).model)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(Config.fromfile(TINY).model)
     path = tmp_path / 'weights.safetensors'
     save_safetensors(model.state_dict(), path)
     result = run(cwd, REPO / 'tools/test.py', TINY, path, '--work-dir',
