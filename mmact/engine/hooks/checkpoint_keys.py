@@ -274,10 +274,16 @@ class CheckpointKeysHook(Hook):
                 runner, '_resume', False) or not is_main_process():
             return
         from mmengine.runner.checkpoint import CheckpointLoader
+
+        from mmact.checkpoint import safe_checkpoint_loading
         for name, module, cfg in _pretrained_inits(runner.model):
             try:
-                checkpoint = CheckpointLoader.load_checkpoint(
-                    cfg['checkpoint'], map_location='cpu', logger='silent')
+                # through the allow-list wherever the hook runs (the tools'
+                # own context, and its trusted files, still apply inside)
+                with safe_checkpoint_loading():
+                    checkpoint = CheckpointLoader.load_checkpoint(
+                        cfg['checkpoint'], map_location='cpu',
+                        logger='silent')
             except Exception:  # the init itself reports a bad file
                 continue
             if not isinstance(checkpoint, dict):
