@@ -1,19 +1,41 @@
 # Sourced by tools/{dist,slurm}_{train,test}.sh: what the four launchers share.
 #   TOOLS   this folder;
 #   PYTHON  the interpreter: PYTHON if set, else the repository's .venv, else
-#           python on the PATH;
+#           python on the PATH (announce_python names it before the tool starts);
 #   PYTHONPATH starts with the repository (mmact and its tools import).
 TOOLS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [[ -z "$PYTHON" ]]; then
-  if [[ -x "$TOOLS/../.venv/bin/python" ]]; then PYTHON="$TOOLS/../.venv/bin/python"; else PYTHON=python; fi
+if [[ -n "$PYTHON" ]]; then
+  PYTHON_FROM="PYTHON"
+elif [[ -x "$TOOLS/../.venv/bin/python" ]]; then
+  PYTHON="$(cd "$TOOLS/.." && pwd)/.venv/bin/python"
+  PYTHON_FROM="the repository's .venv; set PYTHON to use another"
+else
+  PYTHON=python
+  PYTHON_FROM="python on the PATH; set PYTHON to use another"
 fi
 export PYTHONPATH="$TOOLS/..":$PYTHONPATH
+
+# announce_python: one line on stderr naming the interpreter's path and why it
+# was chosen, so that a .venv with CPU-only mmcv ops (make demo) is not used
+# unnoticed on a GPU machine; exit 127 when there is no such interpreter.
+announce_python() {
+  local path
+  if ! path="$(command -v "$PYTHON")"; then
+    echo "$(basename "$0"): no interpreter '$PYTHON' ($PYTHON_FROM)" >&2
+    exit 127
+  fi
+  if [[ "$path" == */* ]]; then
+    path="$(cd "$(dirname "$path")" && pwd)/$(basename "$path")"
+  fi
+  echo "$(basename "$0"): interpreter $path ($PYTHON_FROM)" >&2
+}
 
 # torchrun_tool [torchrun options] TOOL [tool options]: GPUS processes per
 # node (NNODES, NODE_RANK, MASTER_ADDR, PORT for several machines). exec:
 # killing the launcher kills torchrun, whose workers then end too
 # (mmact.utils.end_with_launcher); torchrun alone would leave them running.
 torchrun_tool() {
+  announce_python
   export MMACT_LAUNCHER_PID=$$
   exec "$PYTHON" -m torch.distributed.run \
       --nnodes="${NNODES:-1}" \
@@ -41,6 +63,7 @@ slurm_usage() {
 # background (srun_tool ... &), the subshell becomes srun, which handles the
 # stop signals itself (a subshell would die of the ones its parent traps).
 srun_tool() {
+  announce_python
   exec srun -p "${PARTITION}" \
       --job-name="${JOB_NAME}" \
       --gres=gpu:"${GPUS_PER_NODE:-8}" \
