@@ -8,8 +8,10 @@ committed so that links to it work outside the site (the README's), and
 give: the metafiles are the one source of the numbers. ``python
 docs/model_zoo.py`` writes it by hand.
 """
+import ast
+import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import yaml
 
@@ -46,6 +48,44 @@ def metafiles() -> List[Path]:
 
 def load(metafile: Path) -> Dict:
     return yaml.safe_load(metafile.read_text())
+
+
+def backbone_checkpoints() -> Dict[str, Tuple[str, List[str]]]:
+    """ImageNet config name -> the checkpoint of it that configs read
+    (``work_dirs/<name>/epoch_N.pth``, a string in a config file) and the
+    files that name it: the detectors' backbone inits."""
+    found: Dict[str, Tuple[str, List[str]]] = {}
+    for path in sorted((REPO / 'configs').rglob('*.py')):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Constant) or not isinstance(
+                    node.value, str):
+                continue
+            match = re.fullmatch(r'work_dirs/([^/]+)/epoch_\d+\.pth',
+                                 node.value)
+            if match:
+                _, files = found.setdefault(match[1], (node.value, []))
+                name = path.relative_to(REPO).as_posix()
+                if name not in files:
+                    files.append(name)
+    return found
+
+
+def converted(model: Dict, backbones: Dict[str, Tuple[str,
+                                                       List[str]]]) -> str:
+    """The line of an authors' released model: where it is listed, its
+    conversion, and for an ImageNet model whose backbone detection configs
+    read, the conversion of its backbone to that path."""
+    source = model['Converted From']
+    line = (f'- `{model["Name"]}`: weights listed at <{source["Weights"]}>; '
+            f'`{source["Code"]}`')
+    if Path(model['Config']).stem not in backbones:
+        return line
+    checkpoint, files = backbones[Path(model['Config']).stem]
+    command = source['Code'].split()
+    command = ' '.join(command[:3] + [checkpoint, '--backbone-only'])
+    return (f'{line} (the classifier); its backbone, which the detection '
+            f'configs initialise from `{checkpoint}` (named in '
+            f'{", ".join(f"`{f}`" for f in files)}): `{command}`')
 
 
 def metric_names(models: List[Dict]) -> List[str]:
@@ -93,12 +133,12 @@ def section(metafile: Path) -> str:
         " | authors' released model |",
         '|---|---|' + '---|' * len(names) + '---|'
     ]
-    converted = []
+    released_models = []
     for model in models:
         values = metrics(model)
         released = ''
         if 'Converted From' in model:
-            converted.append(model)
+            released_models.append(model)
             results = model['Converted From'].get('Released Results', {})
             released = 'converts'
             if results:
@@ -108,15 +148,14 @@ def section(metafile: Path) -> str:
         row += [cell(values.get(name, '—')) for name in names]
         row.append(cell(released))
         lines.append('| ' + ' | '.join(row) + ' |')
-    if converted:
+    if released_models:
         lines += [
             '', "The authors' released models convert into these configs "
             "([The authors' checkpoints](user_guides/checkpoints.md)):", ''
         ]
-        for model in converted:
-            source = model['Converted From']
-            lines.append(f'- `{model["Name"]}`: weights listed at '
-                         f'<{source["Weights"]}>; `{source["Code"]}`')
+        backbones = backbone_checkpoints()
+        for model in released_models:
+            lines.append(converted(model, backbones))
     return '\n'.join(lines) + '\n'
 
 

@@ -12,11 +12,14 @@ compiles and its imports resolve.
 """
 import argparse
 import ast
+import functools
 import os
 import re
 import runpy
+import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -24,7 +27,7 @@ import pytest
 
 from mmact.testing import free_port
 from mmact.testing.doc_blocks import (SHELL_LANGUAGES, Command, DocBlock,
-                                      doc_blocks, shell_commands)
+                                      doc_blocks, doc_pages, shell_commands)
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.docs_commands
@@ -38,8 +41,8 @@ PLACEHOLDERS = {
     'CONFIG': 'configs/toy/apa_mrcnn_r50_toy.py',
     'CHECKPOINT': 'checkpoint.pth',
     'CKPT': 'checkpoint.pth',
-    'PARTITION': 'gpu',
-    '$PARTITION': 'gpu',
+    'YOUR_PARTITION': 'gpu',
+    '$SLURM_JOB_PARTITION': 'gpu',
     'JOB': 'job',
     'JOB_NAME': 'job',
     'WORK_DIR': 'work_dirs/run',
@@ -129,7 +132,8 @@ def check_python_tool(script: str, argv: List[str], monkeypatch) -> None:
     names), and every config it names builds."""
     assert (REPO / script).is_file(), f'{script} does not exist'
     options = [w.strip('[]').split('=')[0] for w in argv if '--' in w]
-    if _is_synopsis(argv):  # a usage line: without its optional parts
+    synopsis = _is_synopsis(argv)
+    if synopsis:  # a usage line: without its optional parts
         line = ' '.join(argv)
         while re.search(r'\[[^\[\]]*\]', line):
             line = re.sub(r'\[[^\[\]]*\]', '', line)
@@ -139,6 +143,14 @@ def check_python_tool(script: str, argv: List[str], monkeypatch) -> None:
     known = set(parser._option_string_actions)
     unknown = [o for o in options if o.startswith('--') and o not in known]
     assert not unknown, f'{script} has no option {unknown}'
+    if synopsis:  # a usage line names every option a user may give
+        absent = {
+            action.option_strings[-1]
+            for action in parser._actions
+            if action.option_strings and action.help != argparse.SUPPRESS
+            and not set(action.option_strings) & set(options)
+        } - {'--help', '--local-rank'}
+        assert not absent, f'the usage line of {script} omits {absent}'
     for word in argv:
         if word.endswith('.py') and ('configs/' in word or 'toy' in word):
             assert (REPO / word).is_file(), f'{word} does not exist'
@@ -510,3 +522,230 @@ def test_documented_block(block: DocBlock, monkeypatch, tmp_path):
         assert commands, f'{block.name}: a shell block without a command'
         for command in commands:
             check_command(command, monkeypatch)
+
+
+# ---------------------------------------------------------------------------
+# what the pages say against what the code does
+# ---------------------------------------------------------------------------
+SLURM_LAUNCHERS = ('tools/slurm_train.sh', 'tools/slurm_test.sh')
+#: the partition's one spelling: the placeholder a user replaces, and inside
+#: a batch script the variable slurm sets from ``#SBATCH --partition=``
+PARTITION, BATCH_PARTITION = 'YOUR_PARTITION', '$SLURM_JOB_PARTITION'
+SLURM_BLOCKS = [
+    b for b in BLOCKS if b.language in SHELL_LANGUAGES and any(
+        launcher in b.text for launcher in SLURM_LAUNCHERS)
+]
+
+
+@pytest.mark.parametrize('block', SLURM_BLOCKS, ids=lambda b: b.name)
+def test_slurm_example_spells_the_partition_one_way(block: DocBlock):
+    """A batch script asks for ``--partition=YOUR_PARTITION`` in its
+    ``#SBATCH`` lines and hands the launcher ``"$SLURM_JOB_PARTITION"``;
+    a command outside one hands it ``YOUR_PARTITION``. Each launcher gets
+    its four positional arguments."""
+    lines = block.text.splitlines()
+    sbatch = [line for line in lines if line.startswith('#SBATCH')]
+    if sbatch:
+        assert lines[0] == '#!/usr/bin/env bash', block.name
+        subprocess.run(['bash', '-n'], input=block.text, text=True,
+                       check=True)
+        options = [w for line in sbatch for w in shlex.split(line)[1:]]
+        assert all(o.startswith('--') for o in options), options
+        partitions = [o for o in options if o.startswith('--partition')]
+        assert partitions == [f'--partition={PARTITION}'], block.name
+    launches = [
+        c for c in shell_commands(block.text) if c.argv[0] in SLURM_LAUNCHERS
+    ]
+    assert launches, block.name
+    for command in launches:
+        assert command.argv[1] == (BATCH_PARTITION if sbatch else PARTITION), \
+            f'{block.name}: {" ".join(command.argv)}'
+        assert len([w for w in command.argv[1:5]
+                    if not w.startswith('-')]) == 4, command.argv
+
+
+def test_slurm_examples_exist_and_pages_use_no_other_partition_spelling():
+    assert sum('#SBATCH' in b.text for b in SLURM_BLOCKS) >= 3
+    other = re.compile(r'(?<![\w$])\$?\{?PARTITION\b|\bsrun -p\b')
+    for page in doc_pages(REPO):
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            assert not other.search(line), \
+                f'{page.relative_to(REPO)}:{number}: {line}'
+
+
+#: image folders no config key names: the annotations name the images
+#: below data_root (mmdet's LVISV1Dataset turns coco_url into
+#: train2017/<name> or val2017/<name>; V3Det's file_name is images/...)
+IMAGES_NAMED_BY_ANNOTATIONS = {
+    'data/lvis_v1/train2017/', 'data/lvis_v1/val2017/', 'data/V3Det/images/'
+}
+DATASET_CONFIG_DIRS = ('coco', 'lvis', 'v3det', 'objects365', 'imagenet')
+
+
+def _braces(word: str) -> List[str]:
+    """``a_{train,val}.json`` -> ``['a_train.json', 'a_val.json']``."""
+    match = re.search(r'\{([^{}]*)\}', word)
+    if not match:
+        return [word]
+    return [
+        expanded for part in match[1].split(',')
+        for expanded in _braces(word[:match.start()] + part +
+                                word[match.end():])
+    ]
+
+
+def doc_layouts() -> List[Tuple[DocBlock, set]]:
+    """Every ``data/`` tree of the pages and the paths it lays out: a
+    folder at two spaces' indent is a data root, the words after it and
+    on the deeper lines below are paths in it; (...) is a comment."""
+    layouts = []
+    for block in doc_blocks(REPO):
+        if not block.text.startswith('data/\n'):
+            continue
+        paths, root = set(), None
+        for line in block.text.splitlines()[1:]:
+            line = re.sub(r'\([^)]*\)', '', line)
+            match = re.match(r'^  (\S+/)(.*)$', line)
+            if match:
+                root, line = 'data/' + match[1], match[2]
+            for word in line.split():
+                paths.update(root + path for path in _braces(word))
+        layouts.append((block, paths))
+    return layouts
+
+
+@functools.lru_cache(maxsize=None)
+def dataset_config_paths() -> Dict[str, Tuple[str, ...]]:
+    """Path -> the configs that read it: what ``tools/misc/check_data.py``
+    checks (``data_root`` joined with ``ann_file`` and ``data_prefix``,
+    the evaluators' files), and the files a dataset class reads by a
+    default argument (V3Det's ``label_file``)."""
+    read: Dict[str, List[str]] = {}
+    configs = sorted(p for folder in DATASET_CONFIG_DIRS
+                     for p in (REPO / 'configs' / folder).glob('*.py'))
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as empty:
+        os.chdir(empty)  # nothing exists there: every path is reported
+        try:
+            for config in configs:
+                for path in _paths_read(config):
+                    read.setdefault(path, []).append(
+                        config.relative_to(REPO).as_posix())
+        finally:
+            os.chdir(here)
+    return {path: tuple(names) for path, names in read.items()}
+
+
+def _paths_read(config: Path) -> set:
+    from mmengine.registry import DefaultScope
+
+    from mmact.utils.preflight import load_config
+    from mmact.utils.preflight.data_paths import (_dataset_class,
+                                                  _leaf_datasets,
+                                                  inspect_data_paths)
+    cfg = load_config(str(config))
+    missing, _ = inspect_data_paths(cfg, ('train', 'val', 'test'))
+    paths = {m.rsplit(' (', 1)[0] for m in missing}
+    scope = cfg.get('default_scope')
+    with DefaultScope.overwrite_default_scope(scope):
+        for split in ('train', 'val', 'test'):
+            loader = cfg.get(f'{split}_dataloader') or {}
+            for _, dataset in _leaf_datasets(loader.get('dataset'), split):
+                paths.update(
+                    _default_files(dataset, _dataset_class(dataset, scope)))
+    return {
+        os.path.normpath(p) + ('/' if p.endswith('/') else '')
+        for p in paths
+    }
+
+
+def _default_files(dataset: dict, cls) -> List[str]:
+    import inspect
+    if cls is None:
+        return []
+    files = []
+    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+        if name.endswith('_file') and name != 'ann_file' and isinstance(
+                parameter.default, str) and name not in dataset:
+            files.append(os.path.join(dataset.get('data_root') or '',
+                                      parameter.default))
+    return files
+
+
+def test_every_dataset_layout_is_what_the_configs_read():
+    """Each path a page lays out under ``data/`` is one a config reads (or
+    an image folder its annotations name); the full layout of
+    datasets.md holds every path every dataset config reads."""
+    read = dataset_config_paths()
+    layouts = doc_layouts()
+    assert {b.page for b, _ in layouts} >= {
+        'docs/user_guides/datasets.md', 'docs/user_guides/train_test.md'
+    }
+    for block, paths in layouts:
+        for path in sorted(paths):
+            same_name = sorted(p for p in read if p.endswith(
+                '/' + path.rstrip('/').rsplit('/', 1)[-1] + '/' *
+                path.endswith('/')))
+            assert path in read or path in IMAGES_NAMED_BY_ANNOTATIONS, (
+                f'{block.name}: {path}: no config reads it (they read '
+                f'{same_name})')
+    [full] = [p for b, p in layouts if b.page.endswith('datasets.md')]
+    absent = {path: read[path] for path in read if path not in full}
+    assert not absent, f'docs/user_guides/datasets.md omits {absent}'
+
+
+def test_model_zoo_converts_the_backbones_the_detectors_read(monkeypatch):
+    """For each authors' ImageNet model whose backbone a detection config
+    initialises from (``init_cfg`` checkpoint ``work_dirs/<config
+    name>/...``), the zoo gives the ``--backbone-only`` conversion to
+    that path; every command of the zoo is one the converter takes."""
+    import yaml
+    page = (REPO / 'docs/model_zoo.md').read_text()
+    released = {
+        Path(model['Config']).stem
+        for metafile in (REPO / 'configs').glob('*/metafile.yml')
+        for model in yaml.safe_load(metafile.read_text())['Models']
+        if 'Converted From' in model
+    }
+    from mmact.utils.preflight import load_config
+    read = set()
+    for folder in ('coco', 'lvis', 'v3det', 'objects365'):
+        for config in (REPO / 'configs' / folder).glob('*.py'):
+            init = load_config(str(config)).model.backbone.get('init_cfg')
+            checkpoint = str((init or {}).get('checkpoint', ''))
+            match = re.fullmatch(r'work_dirs/([^/]+)/epoch_\d+\.pth',
+                                 checkpoint)
+            if match and match[1] in released:
+                read.add(checkpoint)
+    assert 'work_dirs/apase-aglu-r50_8xb32-coslr-100e_in1k/epoch_100.pth' \
+        in read
+    for checkpoint in read:
+        assert (f'`python tools/model_converters/apa_to_mmact.py '
+                f'THEIR_CHECKPOINT.pth {checkpoint} --backbone-only`'
+                in page), checkpoint
+    commands = re.findall(r'`(python tools/model_converters/\S+ [^`]*)`',
+                          page)
+    assert len(commands) >= len(released) + len(read)
+    for command in set(commands):
+        argv = command.split()
+        parse_tool_args(argv[1], argv[2:], monkeypatch)
+
+
+def test_faq_missing_imagenet_checkpoint_stops_as_it_says(tmp_path):
+    """The FAQ's message is what tools/train.py prints for the LVIS config
+    without its ImageNet backbone, in its first checks: the data (absent
+    here too) is not reached."""
+    faq = (REPO / 'docs/faq.md').read_text()
+    section = faq[faq.index('## "Pretrained checkpoints of this config'):]
+    section = section[:section.index('\n## ', 1)]
+    [message] = re.findall(r'^```text\n(.*?)^```', section, re.M | re.S)
+    assert 'before it reads the datasets' in ' '.join(section.split())
+    (tmp_path / 'configs').symlink_to(REPO / 'configs')
+    result = subprocess.run(
+        [sys.executable, REPO / 'tools/train.py',
+         'configs/lvis/apa_mrcnn_r50.py'],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert ' '.join(message.split()) in ' '.join(result.stderr.split()), \
+        result.stderr[-2000:]
+    assert 'Dataset paths' not in result.stderr

@@ -196,13 +196,15 @@ def train(cfg: Config,
         if cfg.get('load_from'):
             check_checkpoint(cfg.load_from, resume=bool(cfg.get('resume')))
 
+    # a missing ImageNet backbone stops the run in seconds, before the
+    # datasets (minutes on LVIS) are read; inits load_from replaces: warned
+    for line in check_pretrained_paths(cfg):
+        print_log(line, logger='current', level=logging.WARNING)
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)
     # samples vs the heads, before the model is built; the Runner reuses them
     datasets = check_datasets(
         cfg, splits, warn=is_launcher_main(args.launcher))
-    for line in check_pretrained_paths(cfg):  # inits load_from replaces
-        print_log(line, logger='current', level=logging.WARNING)
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     init_restarted_process_group(cfg, args.launcher)  # GPUs: before mmengine
     # load_from may cover part of the model (fine-tuning): warn, don't stop.
