@@ -119,7 +119,7 @@ def test_apa_kernels_compile(axis, per_channel, rebuild):
     pytest.importorskip('triton')
     from mmact.ops.apa import triton_kernels as kernels
     ints = dict(P='i32', Q='i32', C='i32', n_q='i32')
-    params = dict(k_ptr='*fp32', l_ptr='*fp32')
+    params = dict(k_ptr='*fp32', l_ptr='*fp32', lambda_min='fp32')
     common = dict(
         AGLU=True,
         K_PER_CHANNEL=per_channel,
@@ -161,11 +161,20 @@ def test_apa_kernels_compile(axis, per_channel, rebuild):
         dict(
             part_ptr='*fp32',
             l_ptr='*fp32',
-            out_ptr='*fp32',
+            k_out_ptr='*fp32',
+            l_out_ptr='*bf16',
+            lambda_min='fp32',
             S='i32',
             C='i32',
-            part_stride='i32'),
-        dict(L_PER_CHANNEL=True, BLOCK_S=64, BLOCK_C=64))
+            part_stride='i32',
+            n_programs='i32'),
+        dict(
+            K_PER_CHANNEL=not per_channel,
+            L_PER_CHANNEL=True,
+            NEED_K=True,
+            NEED_L=True,
+            BLOCK_S=64,
+            BLOCK_C=64))
 
 
 # 0 sigmoid, 1 Gaussian CDF (erf: tl.math.erf, which Triton 2.1 has too),

@@ -10,7 +10,6 @@ from torch import Tensor
 
 from . import cpu
 from .dispatch import (IMPLEMENTATIONS, implementation, rebuilt_implementation)
-from .params import chain_to_params, kernel_params
 
 __all__ = ['rebuild_input', 'rebuilt_backward']
 
@@ -59,16 +58,14 @@ def _fused_rebuilt_grads(impl: str, name: str, grad_out: Tensor, kappa: Tensor,
     kernel of ``impl`` (``'triton'`` or ``'op'``), which rebuilds the input
     itself, or None where the Triton kernel cannot index the layout."""
     if impl == 'op':
+        kappa, lam = kappa.detach(), lam.detach()  # the operator has no graph
         return cpu.backward_rebuilt(name, grad_out, kappa, lam, lambda_min,
                                     src, scale, shift, other, other_scale,
                                     needs[1], needs[2])
     from .triton import eta_backward_rebuilt  # imports triton
-    k, l = kernel_params(kappa, lam, lambda_min)  # noqa: E741
-    grads = eta_backward_rebuilt(name, grad_out, k, l, src, scale, shift,
-                                 other, other_scale, needs)
-    if grads is None:
-        return None
-    return (grads[0], *chain_to_params(*grads[1:], kappa, lam, lambda_min))
+    # the kernels clamp lambda and write the raw parameters' gradients
+    return eta_backward_rebuilt(name, grad_out, kappa, lam, lambda_min, src,
+                                scale, shift, other, other_scale, needs)
 
 
 def rebuilt_backward(
@@ -115,9 +112,8 @@ def rebuilt_backward(
     """
     if name not in ('apa', 'aglu'):
         raise ValueError(f"name must be 'apa' or 'aglu', got {name!r}")
-    kappa_grad, lambda_grad = kappa.requires_grad, lambda_.requires_grad
-    kappa, lambda_ = kappa.detach(), lambda_.detach()
-    needs = (True, kappa_grad, lambda_grad)
+    # the Triton kernels read the parameters' data: no detach per call
+    needs = (True, kappa.requires_grad, lambda_.requires_grad)
     impl = rebuilt_implementation(grad_out, kappa, lambda_, channel_dim, src,
                                   scale, shift, other, other_scale)
     grads = None
@@ -127,6 +123,11 @@ def rebuilt_backward(
                                      other, other_scale)
     if grads is None:
         z = rebuild_input(src, scale, shift, other, other_scale)
+        if z.dtype != grad_out.dtype:
+            # half sources times float32 coefficients (a BN's affine under
+            # autocast) promote; the activation's input had the output's
+            # dtype, and its gradient has it too
+            z = z.to(grad_out.dtype)
         row = implementation(z, kappa, lambda_)
         grads = IMPLEMENTATIONS.get(row, IMPLEMENTATIONS['torch']).grads(
             grad_out, needs, z, kappa, lambda_, name, lambda_min, channel_dim)

@@ -10,19 +10,28 @@ fixed-order sum of the partials scaled by ``1/l`` and ``1/l^2``
 (deterministic, no atomics). The memory-lean backward
 (:func:`eta_backward_rebuilt`) is the same kernel loading the sources of
 the input instead of the input: a BN affine, attention weights, a residual
-(:func:`mmact.ops.apa.rebuilt_backward`). Host work per call is kept to a
-few tensor allocations (layouts are planned once per shape and cached): on
-a fast GPU small activations are bound by launch overhead, not by the
-kernels. Each launcher is the profiler range ``mmact::triton_<launcher>``
-(:mod:`mmact.ops.profiling`).
+(:func:`mmact.ops.apa.rebuilt_backward`).
+
+The kernels take the raw parameters (float32, float16 or bfloat16, on the
+input's device, contiguous; anything else is refused, naming the tensor),
+clamp lambda themselves and write the raw parameters' gradients, so a call
+runs no torch op but the allocations of its outputs (and of the partial
+sums). Host work per call is a cache look-up: the layout, the grid and the
+kernels' launches (:class:`~mmact.ops.triton_launch.Launch`, the cheapest
+launch the installed Triton offers) are planned once per shape, strides,
+dtypes and flags; on a fast GPU small activations are bound by launch
+overhead, not by the kernels. Each launcher is the profiler range
+``mmact::triton_<launcher>`` (:mod:`mmact.ops.profiling`).
 """
 import functools
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from ..backends import TRITON_DTYPES
 from ..profiling import labelled
+from ..triton_launch import Launch, aligned
 
 __all__ = [
     'eta_forward', 'eta_backward', 'eta_backward_rebuilt', 'BACKWARD_PROGRAMS'
@@ -35,6 +44,12 @@ _BWD_TILE = 1024
 #: Read at every call (a test lowers it so that each program walks several
 #: tiles of a small tensor).
 BACKWARD_PROGRAMS = 2048
+# Entries of each launcher's cache (shapes x layouts x dtypes x flags). A
+# key holds everything a launch is specialized on, the strides of the
+# tensors copied to another layout included (a copy is aligned).
+_CACHE_SIZE = 1024
+_FORWARDS: dict = {}
+_BACKWARDS: dict = {}
 
 
 class _Plan(NamedTuple):
@@ -111,64 +126,118 @@ def _plan(shape: Tuple[int, ...], stride: Tuple[int, ...], per_channel: bool,
     return _Plan(P, Q, C, axis, block_p, block_q, n_p, n_q, wide)
 
 
-def _planned(x: Tensor, kappa: Tensor, lam: Tensor, channel_dim: int,
-             tile: int) -> Tuple[Tensor, _Plan]:
-    per_channel = kappa.numel() > 1 or lam.numel() > 1
-    plan = _plan(tuple(x.shape), x.stride(), per_channel, channel_dim, tile)
-    if plan is None:
-        x = x.contiguous()
-        plan = _plan(
-            tuple(x.shape), x.stride(), per_channel, channel_dim, tile)
-    return x, plan
-
-
-def _param(p: Tensor, x: Tensor) -> Tensor:
-    if (p.dtype == torch.float32 and p.device == x.device
-            and p.is_contiguous()):
-        return p
-    return p.detach().to(device=x.device, dtype=torch.float32).contiguous()
-
-
 def _kernels():
     from . import triton_kernels as apa_kernels  # imports triton: only on this path
     return apa_kernels
 
 
+def _check_params(x: Tensor, kappa: Tensor, lam: Tensor) -> None:
+    """Refuse parameters the kernels cannot read where they are."""
+    device = x.get_device()
+    for p, what in ((kappa, 'kappa'), (lam, 'lambda')):
+        if p.get_device() != device or not p.is_contiguous():
+            raise ValueError(
+                f'apa / aglu on the Triton kernels: {what} must be a '
+                f'contiguous tensor on the input\'s device ({x.device}); got '
+                f'one on {p.device} with strides {p.stride()}')
+
+
+def _check_dtypes(**tensors: Optional[Tensor]) -> None:
+    for what, t in tensors.items():
+        if t is not None and t.dtype not in TRITON_DTYPES:
+            raise TypeError(
+                f'apa / aglu on the Triton kernels: {what} must be float32, '
+                f'float16 or bfloat16, got {t.dtype}')
+
+
+def _cache(cache: dict, key: tuple, build: Callable[[], Any]) -> Any:
+    entry = build()
+    if len(cache) >= _CACHE_SIZE:  # many shapes (multi-scale): start over
+        cache.clear()
+    cache[key] = entry
+    return entry
+
+
+class _Forward(NamedTuple):
+    """A forward call's plan: the launch (None for an empty tensor), its
+    integer arguments, and whether the input is copied first (not
+    dense)."""
+    launch: Optional[Launch]
+    ints: Tuple[int, ...]
+    copy: bool
+
+
+def _forward_entry(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+                   channel_dim: int) -> _Forward:
+    _check_dtypes(x=x, kappa=kappa, lam=lam)
+    per_channel = kappa.numel() > 1 or lam.numel() > 1
+    plan = _plan(tuple(x.shape), x.stride(), per_channel, channel_dim,
+                 _FWD_TILE)
+    copy = plan is None
+    if copy:
+        plan = _plan(
+            tuple(x.shape), _contiguous_strides(x.shape), per_channel,
+            channel_dim, _FWD_TILE)
+    if x.numel() == 0:
+        return _Forward(None, (), copy)
+    launch = Launch(
+        _kernels().eta_fwd_kernel, (plan.n_p * plan.n_q, ),
+        dict(
+            AGLU=name == 'aglu',
+            K_PER_CHANNEL=kappa.numel() > 1,
+            L_PER_CHANNEL=lam.numel() > 1,
+            CHANNEL_AXIS=plan.axis,
+            BLOCK_P=plan.block_p,
+            BLOCK_Q=plan.block_q,
+            WIDE=plan.wide))
+    return _Forward(launch, (plan.P, plan.Q, plan.C, plan.n_q), copy)
+
+
+def _contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 @labelled('mmact::triton_eta_forward')
 def eta_forward(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
-                channel_dim: int) -> Tensor:
+                lambda_min: float, channel_dim: int) -> Tensor:
     """APA (``name='apa'``) or AGLU (``'aglu'``) of ``x``, in its dtype.
 
     Args:
         name (str): ``'apa'`` or ``'aglu'``.
         x (Tensor): float32 / float16 / bfloat16 input.
-        kappa (Tensor): 1 or C values.
-        lam (Tensor): 1 or C values, already clamped.
+        kappa (Tensor): The raw ``kappa``: 1 or C values.
+        lam (Tensor): The raw ``lambda``: 1 or C values (the kernel clamps
+            it to ``lambda_min``).
+        lambda_min (float): The floor of ``lam``.
         channel_dim (int): Axis of ``x`` the per-channel values follow.
 
     Returns:
-        Tensor: The output, with the strides of ``x`` when ``x`` is dense.
+        Tensor: The output, with the strides of ``x`` when ``x`` is dense
+        (other strides: ``x`` is copied to a contiguous tensor first).
+
+    Raises:
+        TypeError: A tensor of another dtype than the kernels read.
+        ValueError: A parameter on another device than ``x``, or not
+            contiguous.
     """
-    x, plan = _planned(x, kappa, lam, channel_dim, _FWD_TILE)
+    key = (name, x.shape, x.stride(), x.dtype, kappa.dtype, lam.dtype,
+           kappa.numel() > 1, lam.numel() > 1, channel_dim, x.get_device(),
+           aligned(x))
+    entry = _FORWARDS.get(key)
+    if entry is None:
+        entry = _cache(
+            _FORWARDS, key,
+            lambda: _forward_entry(name, x, kappa, lam, channel_dim))
+    _check_params(x, kappa, lam)
+    if entry.copy:
+        x = x.contiguous()
     y = torch.empty_like(x)
-    if x.numel() == 0:
-        return y
-    _kernels().eta_fwd_kernel[(plan.n_p * plan.n_q, )](
-        x,
-        y,
-        _param(kappa, x),
-        _param(lam, x),
-        plan.P,
-        plan.Q,
-        plan.C,
-        plan.n_q,
-        AGLU=name == 'aglu',
-        K_PER_CHANNEL=kappa.numel() > 1,
-        L_PER_CHANNEL=lam.numel() > 1,
-        CHANNEL_AXIS=plan.axis,
-        BLOCK_P=plan.block_p,
-        BLOCK_Q=plan.block_q,
-        WIDE=plan.wide)
+    if entry.launch is not None:
+        entry.launch(x, y, kappa, lam, lambda_min, *entry.ints)
     return y
 
 
@@ -176,14 +245,6 @@ def _same_layout(a: Tensor, b: Tensor) -> bool:
     sa, sb = a.stride(), b.stride()
     return sa == sb or all(x == y
                            for x, y, size in zip(sa, sb, a.shape) if size > 1)
-
-
-def _to_param(grad: Tensor, p: Tensor) -> Tensor:
-    if p.numel() == 1 and grad.numel() > 1:  # shared, beside per-channel
-        grad = grad.sum()
-    if grad.shape != p.shape:
-        grad = grad.view(p.shape)
-    return grad if grad.dtype == p.dtype else grad.to(p.dtype)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -205,110 +266,162 @@ class _Sources(NamedTuple):
     """How the backward kernel gets the input: ``x`` itself (all None), or
     rebuilt as ``x * scale + shift + other * other_scale``."""
     other: Optional[Tensor] = None
-    scale: Optional[Tensor] = None  # C or N * C float32 values
+    scale: Optional[Tensor] = None  # C or N * C values
     shift: Optional[Tensor] = None
     other_scale: Optional[Tensor] = None
     rows_per_sample: int = 1  # for a per-sample scale
 
 
-def _launch_backward(name: str, x: Tensor, grad_out: Tensor, kappa: Tensor,
-                     lam: Tensor, plan: _Plan, needs: Sequence[bool],
-                     sources: _Sources, dtype: torch.dtype):
-    """grad_x (the layout of ``x``, in ``dtype``) and the parameter
-    gradients; ``grad_out`` (and ``sources.other``) already laid out as
-    ``x``."""
+_NO_SOURCES = _Sources()
+
+
+class _Backward(NamedTuple):
+    """A backward call's plan: the two launches (None for an empty tensor;
+    the second None where no parameter gradient is wanted), their integer
+    arguments, and the partial sums' size."""
+    grads: Optional[Launch]
+    grads_ints: Tuple[int, ...]
+    params: Optional[Launch]
+    params_ints: Tuple[int, ...]
+    part_size: int
+
+
+def _backward_entry(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
+                    plan: _Plan, needs: Sequence[bool],
+                    sources: _Sources) -> _Backward:
     need_x, need_k, need_l = needs[:3]
     need_params = need_k or need_l
-    grad_x = torch.empty_like(x, dtype=dtype) if need_x else None
     if x.numel() == 0:
-        return (grad_x, torch.zeros_like(kappa) if need_k else None,
-                torch.zeros_like(lam) if need_l else None)
-    lam32 = _param(lam, x)
+        return _Backward(None, (), None, (), 0)
+    k_per_channel, l_per_channel = kappa.numel() > 1, lam.numel() > 1
     programs, groups, iters, S = _bwd_grid(plan, BACKWARD_PROGRAMS)
-    part = x.new_empty(
-        2 * S * plan.C if need_params else 1, dtype=torch.float32)
-    _kernels().eta_bwd_kernel[(programs, )](
-        x,
-        grad_out,
-        grad_x if need_x else x,
-        _param(kappa, x),
-        lam32,
-        part,
-        *(x if t is None else t for t in sources[:4]),
-        plan.P,
-        plan.Q,
-        plan.C,
-        plan.n_q,
-        groups,
-        iters,
-        S * plan.C,
-        sources.rows_per_sample,
-        AGLU=name == 'aglu',
-        K_PER_CHANNEL=kappa.numel() > 1,
-        L_PER_CHANNEL=lam.numel() > 1,
-        CHANNEL_AXIS=plan.axis,
-        NEED_X=need_x,
-        NEED_PARAMS=need_params,
-        HAS_SCALE=sources.scale is not None,
-        SCALE_PER_SAMPLE=(sources.scale is not None
-                          and sources.scale.numel() > plan.C),
-        HAS_SHIFT=sources.shift is not None,
-        HAS_OTHER=sources.other is not None,
-        HAS_OTHER_SCALE=sources.other_scale is not None,
-        BLOCK_P=plan.block_p,
-        BLOCK_Q=plan.block_q,
-        WIDE=plan.wide)
+    scale = sources.scale
+    grads = Launch(
+        _kernels().eta_bwd_kernel, (programs, ),
+        dict(
+            AGLU=name == 'aglu',
+            K_PER_CHANNEL=k_per_channel,
+            L_PER_CHANNEL=l_per_channel,
+            CHANNEL_AXIS=plan.axis,
+            NEED_X=need_x,
+            NEED_PARAMS=need_params,
+            HAS_SCALE=scale is not None,
+            SCALE_PER_SAMPLE=scale is not None and scale.numel() > plan.C,
+            HAS_SHIFT=sources.shift is not None,
+            HAS_OTHER=sources.other is not None,
+            HAS_OTHER_SCALE=sources.other_scale is not None,
+            BLOCK_P=plan.block_p,
+            BLOCK_Q=plan.block_q,
+            WIDE=plan.wide))
+    grads_ints = (plan.P, plan.Q, plan.C, plan.n_q, groups, iters,
+                  S * plan.C, sources.rows_per_sample)
     if not need_params:
-        return grad_x, None, None
-    grads = part.new_empty(2, plan.C)
+        return _Backward(grads, grads_ints, None, (), 1)
     block_c = min(_pow2_ceil(plan.C), 64)
-    _kernels().eta_param_grad_kernel[(_cdiv(plan.C, block_c), )](
-        part,
-        lam32,
-        grads,
-        S,
-        plan.C,
-        S * plan.C,
-        L_PER_CHANNEL=lam.numel() > 1,
-        BLOCK_S=max(4096 // block_c, 1),
-        BLOCK_C=block_c)
-    grad_k, grad_l = grads.unbind(0)
-    return (grad_x, _to_param(grad_k, kappa) if need_k else None,
-            _to_param(grad_l, lam) if need_l else None)
+    # a shared parameter's gradient sums every channel: one program
+    summed = (need_k and not k_per_channel) or (need_l and not l_per_channel)
+    n_programs = 1 if summed else _cdiv(plan.C, block_c)
+    params = Launch(
+        _kernels().eta_param_grad_kernel, (n_programs, ),
+        dict(
+            K_PER_CHANNEL=k_per_channel,
+            L_PER_CHANNEL=l_per_channel,
+            NEED_K=need_k,
+            NEED_L=need_l,
+            BLOCK_S=max(4096 // block_c, 1),
+            BLOCK_C=block_c))
+    return _Backward(grads, grads_ints, params,
+                     (S, plan.C, S * plan.C, n_programs), 2 * S * plan.C)
+
+
+def _launch_backward(entry: _Backward, x: Tensor, grad_out: Tensor,
+                     kappa: Tensor, lam: Tensor, lambda_min: float,
+                     needs: Sequence[bool], sources: _Sources,
+                     dtype: torch.dtype):
+    """grad_x (the layout of ``x``, in ``dtype``) and the raw parameters'
+    gradients (their shape and dtype); ``grad_out`` (and
+    ``sources.other``) already laid out as ``x``. Allocations only."""
+    need_x, need_k, need_l = needs[:3]
+    grad_x = torch.empty_like(x, dtype=dtype) if need_x else None
+    grad_k = torch.empty_like(kappa) if need_k else None
+    grad_l = torch.empty_like(lam) if need_l else None
+    if entry.grads is None:  # empty input: the sums are zero
+        return (grad_x, None if grad_k is None else grad_k.zero_(),
+                None if grad_l is None else grad_l.zero_())
+    part = torch.empty(
+        entry.part_size, dtype=torch.float32, device=x.device)
+    entry.grads(x, grad_out, x if grad_x is None else grad_x, kappa, lam,
+                lambda_min, part,
+                *(x if t is None else t for t in sources[:4]),
+                *entry.grads_ints)
+    if entry.params is not None:
+        entry.params(part, lam, part if grad_k is None else grad_k,
+                     part if grad_l is None else grad_l, lambda_min,
+                     *entry.params_ints)
+    return grad_x, grad_k, grad_l
 
 
 @labelled('mmact::triton_eta_backward')
 def eta_backward(
     name: str, x: Tensor, grad_out: Tensor, kappa: Tensor, lam: Tensor,
-    channel_dim: int, needs: Sequence[bool]
+    lambda_min: float, channel_dim: int, needs: Sequence[bool]
 ) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
-    """Gradients of :func:`eta_forward` w.r.t. ``x``, ``kappa`` and ``lam``.
+    """Gradients of :func:`eta_forward` w.r.t. ``x`` and the raw ``kappa``
+    and ``lam``.
 
     Args:
-        name, x, kappa, lam, channel_dim: As for :func:`eta_forward`.
-        grad_out (Tensor): Gradient of the output.
+        name, x, kappa, lam, lambda_min, channel_dim: As for
+            :func:`eta_forward`.
+        grad_out (Tensor): Gradient of the output (copied to the layout of
+            ``x`` first where it has another).
         needs (Sequence[bool]): Which of the three gradients to return.
 
     Returns:
         tuple: ``(grad_x, grad_kappa, grad_lambda)``, None where not needed;
         ``grad_x`` in the dtype of ``x``, the others in their parameter's
-        shape and dtype.
+        shape and dtype (the clamp's chain rule applied).
     """
-    x, plan = _planned(x, kappa, lam, channel_dim, _BWD_TILE)
+    needs = tuple(needs[:3])
+    key = (name, x.shape, x.stride(), x.dtype, grad_out.dtype, kappa.dtype,
+           lam.dtype, kappa.numel() > 1, lam.numel() > 1, channel_dim,
+           x.get_device(), aligned(x), grad_out.stride(), aligned(grad_out),
+           needs, BACKWARD_PROGRAMS)
+    entry = _BACKWARDS.get(key)
+    if entry is None:
+        entry = _cache(_BACKWARDS, key,
+                       lambda: _plain_backward_entry(name, x, grad_out, kappa,
+                                                     lam, channel_dim, needs))
+    _check_params(x, kappa, lam)
+    copy, entry = entry
+    if copy:  # not dense: the kernels read a contiguous copy
+        x = x.contiguous()
     if not _same_layout(grad_out, x):
-        grad_out = torch.empty_like(x).copy_(grad_out)
-    return _launch_backward(name, x, grad_out, kappa, lam, plan, needs,
-                            _Sources(), x.dtype)
+        grad_out = torch.empty_like(x, dtype=grad_out.dtype).copy_(grad_out)
+    return _launch_backward(entry, x, grad_out, kappa, lam, lambda_min, needs,
+                            _NO_SOURCES, x.dtype)
 
 
-def _coef(t: Optional[Tensor], src: Tensor) -> Optional[Tensor]:
-    return None if t is None else _param(t.reshape(-1), src)
+def _plain_backward_entry(name, x, grad_out, kappa, lam, channel_dim, needs):
+    """(whether ``x`` is copied to a contiguous tensor first, the
+    entry)."""
+    _check_dtypes(x=x, grad_out=grad_out, kappa=kappa, lam=lam)
+    per_channel = kappa.numel() > 1 or lam.numel() > 1
+    plan = _plan(tuple(x.shape), x.stride(), per_channel, channel_dim,
+                 _BWD_TILE)
+    copy = plan is None
+    if copy:
+        plan = _plan(
+            tuple(x.shape), _contiguous_strides(x.shape), per_channel,
+            channel_dim, _BWD_TILE)
+    return copy, _backward_entry(name, x, kappa, lam, plan, needs,
+                                 _NO_SOURCES)
 
 
 @labelled('mmact::triton_eta_backward_rebuilt')
 def eta_backward_rebuilt(
-    name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor, src: Tensor,
-    scale: Optional[Tensor], shift: Optional[Tensor], other: Optional[Tensor],
+    name: str, grad_out: Tensor, kappa: Tensor, lam: Tensor,
+    lambda_min: float, src: Tensor, scale: Optional[Tensor],
+    shift: Optional[Tensor], other: Optional[Tensor],
     other_scale: Optional[Tensor], needs: Sequence[bool]
 ) -> Optional[Tuple[Tensor, Optional[Tensor], Optional[Tensor]]]:
     """:func:`eta_backward` at ``z = src * scale + shift + other *
@@ -318,8 +431,9 @@ def eta_backward_rebuilt(
     Args:
         name (str): ``'apa'`` or ``'aglu'``.
         grad_out (Tensor): Gradient of the output, ``(N, C, ...)``.
-        kappa, lam (Tensor): 1 or C values each (channels along dim 1),
-            ``lam`` already clamped.
+        kappa, lam (Tensor): The raw parameters, 1 or C values each
+            (channels along dim 1).
+        lambda_min (float): The floor of ``lam``.
         src (Tensor): ``grad_out``'s shape; float32 / float16 / bfloat16.
         scale (Tensor, optional): C values (shaped ``(1, C, 1, ...)``) or
             one per (sample, channel) (``(N, C, 1, ...)``).
@@ -332,23 +446,73 @@ def eta_backward_rebuilt(
         :func:`eta_backward` (``grad_z`` in ``grad_out``'s dtype), or None
         when the kernel does not cover the layout (a per-sample ``scale``
         on a tensor whose samples are not outermost in memory, or a single
-        channel): rebuild ``z`` with torch then.
+        channel; a coefficient that is not contiguous): rebuild ``z`` with
+        torch then.
     """
-    N, C = src.shape[:2]
-    plan = _plan(tuple(src.shape), src.stride(), True, 1, _BWD_TILE)
-    if plan is None:
-        src = src.contiguous()
-        plan = _plan(tuple(src.shape), src.stride(), True, 1, _BWD_TILE)
-    per_sample = scale is not None and scale.numel() > C
-    if per_sample and N > 1 and (plan.C == 1
-                                 or src.stride(0) * N != src.numel()):
+    needs = tuple(needs[:3])
+    coefs = (scale, shift, other_scale)
+    if not all(t is None or t.is_contiguous() for t in coefs):
         return None
+    key = (name, src.shape, src.stride(), src.dtype, grad_out.dtype,
+           kappa.dtype, lam.dtype, kappa.numel() > 1, lam.numel() > 1,
+           src.get_device(), aligned(src), grad_out.stride(),
+           aligned(grad_out), needs, BACKWARD_PROGRAMS,
+           *(None if t is None else (t.numel(), t.dtype, aligned(t))
+             for t in coefs),
+           None if other is None else
+           (other.dtype, other.stride(), aligned(other)))
+    entry = _BACKWARDS.get(key)
+    if entry is None:
+        entry = _cache(_BACKWARDS, key,
+                       lambda: _rebuilt_entry(name, grad_out, kappa, lam, src,
+                                              scale, shift, other,
+                                              other_scale, needs))
+    if entry is None:
+        return None
+    _check_params(src, kappa, lam)
+    copy, entry = entry
+    if copy:  # not dense: the kernels read a contiguous copy
+        src = src.contiguous()
     if not _same_layout(grad_out, src):
         grad_out = torch.empty_like(src, dtype=grad_out.dtype).copy_(grad_out)
     if other is not None and not _same_layout(other, src):
         other = torch.empty_like(src, dtype=other.dtype).copy_(other)
-    rows_per_sample = src.stride(0) // plan.Q if per_sample and N > 1 else 1
-    sources = _Sources(other, _coef(scale, src), _coef(shift, src),
-                       _coef(other_scale, src), rows_per_sample)
-    return _launch_backward(name, src, grad_out, kappa, lam, plan, needs,
-                            sources, grad_out.dtype)
+    return _launch_backward(
+        entry, src, grad_out, kappa, lam, lambda_min, needs,
+        _Sources(other, scale, shift, other_scale), grad_out.dtype)
+
+
+def _rebuilt_entry(name, grad_out, kappa, lam, src, scale, shift, other,
+                   other_scale, needs):
+    """(whether ``src`` is copied to a contiguous tensor first, the entry),
+    or None where the kernel does not cover the layout."""
+    _check_dtypes(
+        src=src,
+        grad_out=grad_out,
+        kappa=kappa,
+        lam=lam,
+        scale=scale,
+        shift=shift,
+        other=other,
+        other_scale=other_scale)
+    device = src.get_device()
+    for what, t in (('scale', scale), ('shift', shift), ('other', other),
+                    ('other_scale', other_scale)):
+        if t is not None and t.get_device() != device:
+            raise ValueError(
+                f'apa / aglu rebuilt backward on the Triton kernels: {what} '
+                f'is on {t.device}, the sources on {src.device}')
+    N, C = src.shape[:2]
+    plan = _plan(tuple(src.shape), src.stride(), True, 1, _BWD_TILE)
+    copy = plan is None
+    strides = src.stride()
+    if copy:
+        strides = _contiguous_strides(src.shape)
+        plan = _plan(tuple(src.shape), strides, True, 1, _BWD_TILE)
+    per_sample = scale is not None and scale.numel() > C
+    numel = src.numel()
+    if per_sample and N > 1 and (plan.C == 1 or strides[0] * N != numel):
+        return None
+    rows_per_sample = strides[0] // plan.Q if per_sample and N > 1 else 1
+    sources = _Sources(other, scale, shift, other_scale, rows_per_sample)
+    return copy, _backward_entry(name, src, kappa, lam, plan, needs, sources)

@@ -9,6 +9,13 @@ backward: a run of tiles along which the channels stay fixed), so the
 parameter loads and the per-channel gradient sums are per row / column
 vectors, never per-element divisions.
 
+The kernels read the raw parameters (float32, float16 or bfloat16, taken
+in float32) and clamp lambda themselves, ``l = max(lambda, lambda_min)``
+with lambda_min's float32 value; :func:`eta_param_grad_kernel` writes the
+gradients of the raw parameters in their shape and dtype (a shared one
+beside a per-channel one summed, lambda's zero where the clamp holds:
+``lambda <= lambda_min``), so no torch op runs around them.
+
 Math (``a = ln l - k z``, ``e = exp(-|a|)``): ``softplus(a) = max(a, 0) +
 log1p(e)``, ``g = sigmoid(a)``, ``eta = exp(-softplus(a) / l)``; see
 :mod:`mmact.ops.apa` for the derivatives. ``log1p`` is ``2 atanh(s)`` with
@@ -58,12 +65,18 @@ def _load_param(ptr, ch, Q, PER_CHANNEL: tl.constexpr,
 
 
 @triton.jit
-def _params(pid, P, Q, C, n_q, n_groups, k_ptr, l_ptr,
+def _clamped(raw, lambda_min):
+    """The strict clamp of :func:`mmact.ops.apa.clamp_lambda`."""
+    return tl.where(raw > lambda_min, raw, lambda_min)
+
+
+@triton.jit
+def _params(pid, P, Q, C, n_q, n_groups, k_ptr, l_ptr, lambda_min,
             K_PER_CHANNEL: tl.constexpr, L_PER_CHANNEL: tl.constexpr,
             CHANNEL_AXIS: tl.constexpr, BLOCK_P: tl.constexpr,
             BLOCK_Q: tl.constexpr, WIDE: tl.constexpr):
-    """Where a program starts and its (k, 1/l, ln l), broadcastable over a
-    tile: program ``pid`` owns tile row ``pid // n_groups`` and tile
+    """Where a program starts and its (k, 1/l, ln l) (``l`` clamped),
+    broadcastable over a tile: program ``pid`` owns tile row ``pid // n_groups`` and tile
     columns ``group * iters ...`` (``CHANNEL_AXIS=0``), or tile column
     ``pid % n_q`` and tile rows ``group * iters ...`` (``CHANNEL_AXIS=1``).
     """
@@ -79,13 +92,15 @@ def _params(pid, P, Q, C, n_q, n_groups, k_ptr, l_ptr,
         p = tl.arange(0, BLOCK_P)
         q = (pid % n_q) * BLOCK_Q + tl.arange(0, BLOCK_Q)
         ch = q[None, :]
-    k = _load_param(k_ptr, ch, Q, K_PER_CHANNEL, CHANNEL_AXIS)
-    lam = _load_param(l_ptr, ch, Q, L_PER_CHANNEL, CHANNEL_AXIS)
+    k = _load_param(k_ptr, ch, Q, K_PER_CHANNEL, CHANNEL_AXIS).to(tl.float32)
+    lam = _clamped(
+        _load_param(l_ptr, ch, Q, L_PER_CHANNEL, CHANNEL_AXIS).to(tl.float32),
+        lambda_min)
     return group, p, q, k, 1.0 / lam, tl.log(lam)
 
 
 @triton.jit
-def eta_fwd_kernel(x_ptr, y_ptr, k_ptr, l_ptr, P, Q, C, n_q,
+def eta_fwd_kernel(x_ptr, y_ptr, k_ptr, l_ptr, lambda_min, P, Q, C, n_q,
                    AGLU: tl.constexpr, K_PER_CHANNEL: tl.constexpr,
                    L_PER_CHANNEL: tl.constexpr, CHANNEL_AXIS: tl.constexpr,
                    BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
@@ -97,8 +112,9 @@ def eta_fwd_kernel(x_ptr, y_ptr, k_ptr, l_ptr, P, Q, C, n_q,
     else:
         n_groups = 1
     group, p, q, k, inv_l, ln_l = _params(pid, P, Q, C, n_q, n_groups, k_ptr,
-                                          l_ptr, K_PER_CHANNEL, L_PER_CHANNEL,
-                                          CHANNEL_AXIS, BLOCK_P, BLOCK_Q, WIDE)
+                                          l_ptr, lambda_min, K_PER_CHANNEL,
+                                          L_PER_CHANNEL, CHANNEL_AXIS, BLOCK_P,
+                                          BLOCK_Q, WIDE)
     if CHANNEL_AXIS == 0:
         q = group * BLOCK_Q + q
     else:
@@ -124,7 +140,8 @@ def _input(x_ptr, other_ptr, scale_ptr, shift_ptr, oscale_ptr, offs, mask,
     """The input tile in float32: ``x`` itself, or ``z = x * scale + shift
     + other * other_scale`` rebuilt from its sources (terms optional;
     ``scale`` per channel or per (sample, channel), the others per channel;
-    sample of row ``p``: ``p // rows_per_sample``)."""
+    sample of row ``p``: ``p // rows_per_sample``; any float dtype, taken
+    in float32)."""
     z = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     # coefficients are loaded per row (channels first) or column vector
     if CHANNEL_AXIS == 0:
@@ -140,22 +157,26 @@ def _input(x_ptr, other_ptr, scale_ptr, shift_ptr, oscale_ptr, offs, mask,
                 at_mask = ch_mask
             else:
                 at_mask = mask
-            z = z * tl.load(scale_ptr + at, mask=at_mask, other=0.0)
+            z = z * tl.load(scale_ptr + at, mask=at_mask,
+                            other=0.0).to(tl.float32)
         else:
-            z = z * tl.load(scale_ptr + ch, mask=ch_mask, other=0.0)
+            z = z * tl.load(scale_ptr + ch, mask=ch_mask,
+                            other=0.0).to(tl.float32)
     if HAS_SHIFT:
-        z = z + tl.load(shift_ptr + ch, mask=ch_mask, other=0.0)
+        z = z + tl.load(shift_ptr + ch, mask=ch_mask, other=0.0).to(tl.float32)
     if HAS_OTHER:
         other = tl.load(other_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if HAS_OTHER_SCALE:
-            other = other * tl.load(oscale_ptr + ch, mask=ch_mask, other=0.0)
+            other = other * tl.load(
+                oscale_ptr + ch, mask=ch_mask, other=0.0).to(tl.float32)
         z = z + other
     return z
 
 
 @triton.jit
-def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, other_ptr,
-                   scale_ptr, shift_ptr, oscale_ptr, P, Q, C, n_q, n_groups,
+def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, lambda_min, part_ptr,
+                   other_ptr, scale_ptr, shift_ptr, oscale_ptr, P, Q, C, n_q,
+                   n_groups,
                    iters, part_stride, rows_per_sample, AGLU: tl.constexpr,
                    K_PER_CHANNEL: tl.constexpr, L_PER_CHANNEL: tl.constexpr,
                    CHANNEL_AXIS: tl.constexpr, NEED_X: tl.constexpr,
@@ -181,8 +202,9 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, other_ptr,
     """
     pid = tl.program_id(0)
     group, p, q, k, inv_l, ln_l = _params(pid, P, Q, C, n_q, n_groups, k_ptr,
-                                          l_ptr, K_PER_CHANNEL, L_PER_CHANNEL,
-                                          CHANNEL_AXIS, BLOCK_P, BLOCK_Q, WIDE)
+                                          l_ptr, lambda_min, K_PER_CHANNEL,
+                                          L_PER_CHANNEL, CHANNEL_AXIS, BLOCK_P,
+                                          BLOCK_Q, WIDE)
     k_inv_l = k * inv_l
     p0 = p
     q0 = q
@@ -241,26 +263,63 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, part_ptr, other_ptr,
 
 
 @triton.jit
-def eta_param_grad_kernel(part_ptr, l_ptr, out_ptr, S, C, part_stride,
-                          L_PER_CHANNEL: tl.constexpr, BLOCK_S: tl.constexpr,
+def eta_param_grad_kernel(part_ptr, l_ptr, k_out_ptr, l_out_ptr, lambda_min,
+                          S, C, part_stride, n_programs,
+                          K_PER_CHANNEL: tl.constexpr,
+                          L_PER_CHANNEL: tl.constexpr, NEED_K: tl.constexpr,
+                          NEED_L: tl.constexpr, BLOCK_S: tl.constexpr,
                           BLOCK_C: tl.constexpr):
-    """``out[0, c] = sum_s part[s, c] / l_c``, ``out[1, c] = sum_s
-    part[S + s, c] / l_c^2`` (fixed order: deterministic)."""
-    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    c_mask = c < C
-    acc_k = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
-    acc_l = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
-    for s0 in range(0, S, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
-        mask = (s < S)[:, None] & c_mask[None, :]
-        offs = s[:, None] * C + c[None, :]
-        acc_k += tl.load(part_ptr + offs, mask=mask, other=0.0)
-        acc_l += tl.load(part_ptr + part_stride + offs, mask=mask, other=0.0)
-    if L_PER_CHANNEL:
-        lam = tl.load(l_ptr + c, mask=c_mask, other=1.0)
-    else:
-        lam = tl.load(l_ptr)
-    inv_l = 1.0 / lam
-    tl.store(out_ptr + c, tl.sum(acc_k, axis=0) * inv_l, mask=c_mask)
-    tl.store(
-        out_ptr + C + c, tl.sum(acc_l, axis=0) * inv_l * inv_l, mask=c_mask)
+    """The raw parameters' gradients from the partial sums (fixed order:
+    deterministic): per channel ``gk_c = sum_s part[s, c] / l_c`` and
+    ``gl_c = sum_s part[S + s, c] / l_c^2`` (``l`` clamped); a per-channel
+    parameter gets them as they are, a shared one their sum over the
+    channels (then ``n_programs`` is 1 and the program walks every
+    channel block); lambda's is zero where ``lambda <= lambda_min``.
+    Written in each output's dtype."""
+    pid = tl.program_id(0)
+    sum_k = 0.0
+    sum_l = 0.0
+    for c0 in range(pid * BLOCK_C, C, n_programs * BLOCK_C):
+        c = c0 + tl.arange(0, BLOCK_C)
+        c_mask = c < C
+        acc_k = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+        acc_l = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
+        for s0 in range(0, S, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            mask = (s < S)[:, None] & c_mask[None, :]
+            offs = s[:, None] * C + c[None, :]
+            acc_k += tl.load(part_ptr + offs, mask=mask, other=0.0)
+            acc_l += tl.load(
+                part_ptr + part_stride + offs, mask=mask, other=0.0)
+        if L_PER_CHANNEL:
+            raw = tl.load(l_ptr + c, mask=c_mask, other=1.0).to(tl.float32)
+        else:
+            raw = tl.load(l_ptr).to(tl.float32)
+        inv_l = 1.0 / _clamped(raw, lambda_min)
+        grad_k = tl.sum(acc_k, axis=0) * inv_l  # masked channels: 0
+        grad_l = tl.sum(acc_l, axis=0) * inv_l * inv_l
+        if NEED_K:
+            if K_PER_CHANNEL:
+                tl.store(
+                    k_out_ptr + c,
+                    grad_k.to(k_out_ptr.dtype.element_ty),
+                    mask=c_mask)
+            else:
+                sum_k += tl.sum(grad_k, axis=0)
+        if NEED_L:
+            if L_PER_CHANNEL:
+                grad_l = tl.where(raw > lambda_min, grad_l, 0.0)
+                tl.store(
+                    l_out_ptr + c,
+                    grad_l.to(l_out_ptr.dtype.element_ty),
+                    mask=c_mask)
+            else:
+                sum_l += tl.sum(grad_l, axis=0)
+    if NEED_K:
+        if not K_PER_CHANNEL:
+            tl.store(k_out_ptr, sum_k.to(k_out_ptr.dtype.element_ty))
+    if NEED_L:
+        if not L_PER_CHANNEL:
+            raw_l = tl.load(l_ptr).to(tl.float32)
+            sum_l = tl.where(raw_l > lambda_min, sum_l, 0.0)
+            tl.store(l_out_ptr, sum_l.to(l_out_ptr.dtype.element_ty))
