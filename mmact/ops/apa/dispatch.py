@@ -18,8 +18,7 @@ from ..table import Implementation, wants_composite
 from ..table import run as run_fused
 from . import cpu
 from .formula import composite, torch_grads
-from .params import ParamLike, as_param, check_params, kernel_params
-from .params import chain_to_params
+from .params import ParamLike, as_param, check_params
 
 __all__ = [
     'implementation', 'rebuilt_implementation', 'IMPLEMENTATIONS',
@@ -33,17 +32,15 @@ _C_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _triton_forward(x, kappa, lam, name, lambda_min, channel_dim):
     from .triton import eta_forward  # imports triton
-    return eta_forward(name, x, *kernel_params(kappa, lam, lambda_min),
-                       channel_dim)
+    return eta_forward(name, x, kappa, lam, lambda_min, channel_dim)
 
 
 def _triton_grads(grad_out, needs, x, kappa, lam, name, lambda_min,
                   channel_dim):
+    # the kernels clamp lambda and write the raw parameters' gradients
     from .triton import eta_backward  # imports triton
-    k, l = kernel_params(kappa, lam, lambda_min)  # noqa: E741
-    grad_x, grad_k, grad_l = eta_backward(name, x, grad_out, k, l, channel_dim,
-                                          needs)
-    return (grad_x, *chain_to_params(grad_k, grad_l, kappa, lam, lambda_min))
+    return eta_backward(name, x, grad_out, kappa, lam, lambda_min,
+                        channel_dim, needs)
 
 
 #: The implementations :class:`mmact.ops.table.FusedFunction` runs (``op``
@@ -66,6 +63,11 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     ``torch.onnx.export``, a forward-mode
     AD level open, or ``composite=True``
     (:func:`~mmact.ops.table.wants_composite`)
+    plain strided float32 / float16 /         ``op``       one C++ node
+    bfloat16 CUDA tensor, float32
+    parameters on its device,
+    ``MMACT_CUDA_KERNELS=1`` and the CUDA
+    kernels built (:func:`.cpu.cuda_takes`)
     a tensor the Triton settings cover (CUDA  ``triton``   one Python
     float32 / float16 / bfloat16; CPU with                 ``Function``
     ``triton='all'``)                                      node
@@ -98,6 +100,9 @@ def implementation(x: Tensor, kappa: Tensor, lam: Tensor) -> str:
     """
     if wants_composite():
         return 'composite'  # first: tracers reject reading x.layout
+    if (x.is_cuda and backends.settings().cuda_kernels
+            and cpu.cuda_takes(x, kappa, lam)):
+        return 'op'
     if backends.takes_triton(x):
         return 'triton'
     if (x.is_cpu and x.dtype in _C_DTYPES and kappa.dtype is _F32
@@ -158,9 +163,11 @@ def rebuilt_implementation(grad_out: Tensor,
     per (n, c) row), parameters shared or     it is ``triton`` (and
     along dim 1                               ``grad_out`` and ``other``
                                               take it too) or ``op``
-                                              (float32 sources): the
-                                              kernel rebuilds the input
-                                              per element
+                                              (float32 sources; on CUDA
+                                              sources of ``src``'s
+                                              dtype): the kernel
+                                              rebuilds the input per
+                                              element
     anything else                             ``rebuild``: the input
                                               rebuilt in torch, then the
                                               backward of its row
@@ -188,7 +195,9 @@ def rebuilt_implementation(grad_out: Tensor,
     others = [t for t in (grad_out, other) if t is not None]
     if impl == 'triton' and all(backends.takes_triton(t) for t in others):
         return 'triton'
-    if impl == 'op' and all(t.dtype is _F32 for t in [src, *others]):
+    if impl == 'op' and (all(t.dtype is _F32 for t in [src, *others]) or
+                         src.is_cuda and all(t.dtype == src.dtype
+                                             for t in others)):
         return 'op'
     return 'rebuild'
 
