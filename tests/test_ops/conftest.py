@@ -65,3 +65,56 @@ def triton_launches():
     launches = Launches()
     yield launches
     launches.stop()
+
+
+#: Torch ops that only allocate (the launchers' outputs and scratch).
+ALLOCATIONS = frozenset({'aten::empty', 'aten::empty_like',
+                         'aten::empty_strided'})
+
+
+class Calls:
+    """What a block of code ran, read from the profiler: ``kernels``, the
+    Triton kernels launched (``triton::<kernel>`` ranges,
+    :mod:`mmact.ops.triton_launch`), in order; ``ops``, the torch ops
+    called outside them that do more than allocate, outermost only (an
+    op's own sub-ops, and what Triton's interpreter runs inside a kernel,
+    are not counted); with ``within``, only those inside the named ranges
+    (an autograd node's backward: ``'FusedFunctionBackward'``)."""
+
+    def __init__(self, within=None) -> None:
+        self.within = within
+        self.kernels: List[str] = []
+        self.ops: List[str] = []
+
+    def __enter__(self) -> 'Calls':
+        self.profile = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU])
+        self.profile.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.profile.stop()
+        for event in self.profile.events():
+            if event.name.startswith('triton::'):
+                self.kernels.append(event.name[len('triton::'):])
+            elif (event.name.startswith('aten::')
+                  and event.name not in ALLOCATIONS and self._counts(event)):
+                self.ops.append(event.name)
+
+    def _counts(self, event) -> bool:
+        inside = self.within is None
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith(('aten::', 'triton::')):
+                return False
+            if self.within is not None and parent.name in self.within:
+                inside = True
+            parent = parent.cpu_parent
+        return inside
+
+
+@pytest.fixture
+def torch_calls():
+    """``with torch_calls() as calls:`` (or ``torch_calls(within=...)``):
+    the kernels and torch ops the block ran (:class:`Calls`)."""
+    return Calls

@@ -17,7 +17,10 @@ import torch
 from mmact.compat import triton_interpreter_available, triton_version
 
 HERE = Path(__file__).resolve().parent
-CASES = ['test_apa/triton_cases.py', 'test_fles/triton_cases.py']
+CASES = [
+    'test_apa/triton_cases.py', 'test_apa/triton_glue_cases.py',
+    'test_fles/triton_cases.py'
+]
 
 
 def run_cases(cases: str, device: str) -> None:
