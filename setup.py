@@ -69,9 +69,12 @@ setup(
     long_description_content_type='text/markdown',
     keywords='computer vision, object detection, activation functions',
     packages=find_packages(exclude=('configs', 'tools', 'tests', 'projects')),
-    # the C kernels, compiled on first use (mmact/ops/cpu_build.py); the
-    # configs, tools and model index for mim (MANIFEST.in: mmact/.mim)
-    package_data={'mmact.ops': ['csrc/*.c', 'csrc/*.cpp', 'csrc/*.h']},
+    # the C and CUDA kernels, compiled on first use (mmact/ops/cpu_build.py,
+    # cuda_build.py); the configs, tools and model index for mim
+    # (MANIFEST.in: mmact/.mim)
+    package_data={
+        'mmact.ops': ['csrc/*.c', 'csrc/*.cpp', 'csrc/*.cu', 'csrc/*.h']
+    },
     include_package_data=True,
     python_requires='>=3.8',
     license='Apache License 2.0',

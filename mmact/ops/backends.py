@@ -15,13 +15,23 @@ Environment (read by :func:`configure_from_env`):
   comparisons); ``1``: CPU tensors too, through Triton's interpreter,
   which needs Triton >= 3.0 and ``TRITON_INTERPRET=1`` set before triton
   is imported (tests).
-- ``MMACT_DISABLE_CPU_KERNEL=1``: no fused C kernels (the torch path).
+- ``MMACT_DISABLE_CPU_KERNEL=1``: no fused C kernels for CPU tensors (the
+  torch path).
+- ``MMACT_CUDA_KERNELS=1``: APA / AGLU on CUDA tensors run the CUDA C++
+  kernels (built on first use, :mod:`mmact.ops.cuda_build`) through the same
+  C++ operator as CPU tensors, ahead of Triton; where they cannot be built
+  or loaded, one log line says why and the Triton row runs. Opt-in until a
+  GPU has verified them. Independent of the other switches: with
+  ``MMACT_TRITON=0`` the CUDA kernels still run, and
+  ``MMACT_DISABLE_CPU_KERNEL=1`` leaves them on (the C++ operator is still
+  built, its CPU kernels unused).
 - ``MMACT_COMPOSITE=1``: every operator runs its ``composite`` row, standard
   ops that autograd records, so that gradients can be differentiated again
   (a gradient penalty); the fused backwards refuse a second derivative.
 
-The C kernels' own build settings (``MMACT_CPU_ISA``, ``MMACT_CACHE_DIR``,
-``CXX``) are read when the extension is built (:mod:`mmact.ops.cpu_build`).
+The kernels' own build settings (``MMACT_CPU_ISA``, ``MMACT_CACHE_DIR``,
+``CXX``, ``CUDA_HOME``) are read when they are built
+(:mod:`mmact.ops.cpu_build`, :mod:`mmact.ops.cuda_build`).
 This module imports no triton.
 """
 import contextlib
@@ -65,10 +75,14 @@ class BackendSettings:
         composite (bool): Whether every call runs its operator's
             ``composite`` row (standard ops, twice differentiable; no fused
             kernel). Defaults to False.
+        cuda_kernels (bool): Whether APA / AGLU on CUDA tensors run the CUDA
+            C++ kernels (built on first use) before the Triton ones.
+            Defaults to False.
     """
     triton: str = 'cuda'
     cpu_kernels: bool = True
     composite: bool = False
+    cuda_kernels: bool = False
 
 
 def _dotted(version: tuple) -> str:
@@ -110,20 +124,23 @@ def settings() -> BackendSettings:
 
 def configure(triton: Optional[str] = None,
               cpu_kernels: Optional[bool] = None,
-              composite: Optional[bool] = None) -> BackendSettings:
+              composite: Optional[bool] = None,
+              cuda_kernels: Optional[bool] = None) -> BackendSettings:
     """Change the backends the ops use (arguments left None keep theirs).
 
     Args:
         triton (str, optional): See :class:`BackendSettings`.
         cpu_kernels (bool, optional): See :class:`BackendSettings`.
         composite (bool, optional): See :class:`BackendSettings`.
+        cuda_kernels (bool, optional): See :class:`BackendSettings`.
 
     Returns:
         BackendSettings: The previous settings (to restore them).
 
     Raises:
         ValueError: An unknown ``triton`` mode.
-        TypeError: ``cpu_kernels`` or ``composite`` is not a bool.
+        TypeError: ``cpu_kernels``, ``composite`` or ``cuda_kernels`` is
+            not a bool.
         RuntimeError: ``triton='all'`` where Triton's interpreter cannot run
             (no triton, Triton < 3.0, ``TRITON_INTERPRET`` not 1).
     """
@@ -131,8 +148,9 @@ def configure(triton: Optional[str] = None,
     new = _settings
     if triton is not None:
         new = replace(new, triton=triton)
-    for name, value in (('cpu_kernels', cpu_kernels), ('composite',
-                                                       composite)):
+    for name, value in (('cpu_kernels', cpu_kernels),
+                        ('composite', composite), ('cuda_kernels',
+                                                   cuda_kernels)):
         if value is not None:
             if not isinstance(value, bool):
                 raise TypeError(f'{name}={value!r}: use True or False')
@@ -164,9 +182,9 @@ def _flag(name: str, meaning: str) -> bool:
 
 
 def configure_from_env() -> BackendSettings:
-    """Read ``MMACT_TRITON``, ``MMACT_DISABLE_CPU_KERNEL`` and
-    ``MMACT_COMPOSITE`` (done once at import); returns the previous
-    settings.
+    """Read ``MMACT_TRITON``, ``MMACT_DISABLE_CPU_KERNEL``,
+    ``MMACT_COMPOSITE`` and ``MMACT_CUDA_KERNELS`` (done once at import);
+    returns the previous settings.
 
     Raises:
         ValueError: One of them has another value than those documented.
@@ -180,9 +198,13 @@ def configure_from_env() -> BackendSettings:
                          '(Triton for CUDA tensors)')
     disable = _flag('MMACT_DISABLE_CPU_KERNEL', 'no C kernels')
     composite = _flag('MMACT_COMPOSITE', 'the composite of every operator')
+    cuda = _flag('MMACT_CUDA_KERNELS', 'the CUDA C++ kernels of APA / AGLU')
     try:
         return configure(
-            triton=modes[value], cpu_kernels=not disable, composite=composite)
+            triton=modes[value],
+            cpu_kernels=not disable,
+            composite=composite,
+            cuda_kernels=cuda)
     except RuntimeError as e:
         raise RuntimeError(f'MMACT_TRITON={value}: {e}') from None
 
@@ -198,7 +220,8 @@ def using(**kwargs) -> Iterator[BackendSettings]:
         configure(
             triton=old.triton,
             cpu_kernels=old.cpu_kernels,
-            composite=old.composite)
+            composite=old.composite,
+            cuda_kernels=old.cuda_kernels)
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,7 +22,9 @@ with a C++ autograd node or none where a Python backward calls it) and
   (``mmact-complete``) and later imported directly, without torch's
   extension builder (whose import prints a notice when it finds a CUDA
   toolkit but no GPU); a new build logs, once, what it built and how long
-  it took (about 25 s on two cores, most of it torch's headers).
+  it took (about 25 s on two cores, most of it torch's headers). One
+  process builds at a time (:func:`build_lock`), the others then load its
+  build.
 * **Threads.** Kernels split their ranges on OpenMP threads (``-fopenmp``:
   the extension shares the ``libgomp`` runtime, and so the thread team, that
   torch already loaded), as many as ``torch.get_num_threads()``.
@@ -37,6 +39,7 @@ Linux, or with the C kernels switched off (``MMACT_DISABLE_CPU_KERNEL=1``,
 failed build warns once) and the ops use their torch path.
 """
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import io
@@ -54,7 +57,7 @@ import time
 import warnings
 from functools import lru_cache
 from types import ModuleType
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -63,8 +66,9 @@ from . import backends
 
 __all__ = [
     'ISAS', 'CSRC', 'SOURCES', 'cpu_model', 'cpu_flags', 'supported_isas',
-    'host_isa', 'read_source', 'compiler_flags', 'build_key',
-    'default_cache_dir', 'build_extension', 'extension'
+    'host_isa', 'read_source', 'compiler_flags', 'torch_identity',
+    'build_key', 'default_cache_dir', 'build_lock', 'build_extension',
+    'load_extension', 'extension'
 ]
 
 #: Vector ISAs a kernel can be built for, best first.
@@ -238,6 +242,17 @@ def compiler_flags(isa: str) -> List[str]:
     return _BASE_FLAGS + _ISA_CC_FLAGS[isa]
 
 
+def torch_identity() -> list:
+    """The torch a build is for, as build keys hold it: its version,
+    install folder and C++ ABI (two installs of one version may differ in
+    ABI: conda, pip)."""
+    return [
+        torch.__version__,
+        osp.dirname(torch.__file__),
+        bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    ]
+
+
 def build_key(sources: Sequence[str],
               isa: str,
               compiler: Tuple[str, str],
@@ -266,12 +281,7 @@ def build_key(sources: Sequence[str],
         machine=platform.machine(),
         cpu_model=cpu_model() if model is None else model,
         cpu_flags=sorted(cpu_flags() if flags is None else flags),
-        # two installs of one torch version may differ in ABI (conda, pip)
-        torch=[
-            torch.__version__,
-            osp.dirname(torch.__file__),
-            bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-        ],
+        torch=torch_identity(),
         # the library is a CPython extension: one per Python ABI too
         python=sys.implementation.cache_tag)
     blob = json.dumps(fields, sort_keys=True).encode()
@@ -283,6 +293,25 @@ def default_cache_dir() -> str:
     ``~/.cache/mmact``."""
     return os.environ.get('MMACT_CACHE_DIR',
                           osp.join(osp.expanduser('~'), '.cache', 'mmact'))
+
+
+@contextlib.contextmanager
+def build_lock(folder: str) -> Iterator[None]:
+    """Hold the build lock of a cache folder: one process builds into it at
+    a time, the others wait for it (then find its build). An exclusive
+    ``flock`` on ``folder/mmact-build.lock``, which the system releases
+    when its holder exits, however: a build that dies leaves no lock that
+    blocks the next run (the file left behind locks nothing).
+
+    Args:
+        folder: an existing build folder.
+    """
+    with open(osp.join(folder, 'mmact-build.lock'), 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _build_path() -> str:
@@ -349,13 +378,18 @@ def build_extension(isa: Optional[str] = None,
     path = os.environ.get('PATH')
     os.environ['PATH'] = _build_path()
     try:
-        module = _cpp_extension().load(
-            name=_STEM,
-            sources=[osp.join(source_dir, name) for name in SOURCES],
-            extra_cflags=compiler_flags(isa),
-            extra_ldflags=['-fopenmp'],
-            extra_include_paths=[source_dir],
-            build_directory=build_dir)
+        with build_lock(build_dir):
+            # torch's own lock file, left by a build that died, would make
+            # its builder wait forever; no one else builds here now
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(osp.join(build_dir, 'lock'))
+            module = _cpp_extension().load(
+                name=_STEM,
+                sources=[osp.join(source_dir, name) for name in SOURCES],
+                extra_cflags=compiler_flags(isa),
+                extra_ldflags=['-fopenmp'],
+                extra_include_paths=[source_dir],
+                build_directory=build_dir)
     finally:
         if path is None:
             os.environ.pop('PATH', None)
@@ -399,6 +433,13 @@ def extension() -> Optional[ModuleType]:
     why); callers then use torch."""
     if not backends.settings().cpu_kernels:
         return None
+    return load_extension()
+
+
+def load_extension() -> Optional[ModuleType]:
+    """:func:`extension` whatever the settings: the CUDA kernels
+    (:mod:`mmact.ops.cuda_build`) register into the operators it defines
+    and run under its autograd node, with the C kernels on or off."""
     if _STEM in _built:
         return _built[_STEM]
     with _lock:

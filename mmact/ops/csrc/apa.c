@@ -1,10 +1,12 @@
 /* Fused float32 CPU kernels for APA / AGLU (mmact.ops.apa.cpu).
- * Public entries and their documentation: apa.h. */
+ * Public entries and their documentation: apa.h. The element math is
+ * apa_math.h's (shared with the CUDA kernels); what is here runs it over
+ * memory: blocks, stages, channel tables, vector sums. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "apa.h"
-#include "approx.h"
+#include "apa_math.h"
 #include "prelude.h"
 
 /* Values per stage. The element math is one long dependency chain (two
@@ -19,21 +21,8 @@
 /* Values per thread below which fewer threads are used. */
 #define MIN_PER_THREAD (1 << 16)
 
-/* log2(l) for a normal l > 0: its exponent k plus log2 of the mantissa
- * m = l / 2^k in [sqrt(1/2), sqrt(2)), as 2 atanh(s) / ln 2 with
- * s = (m - 1) / (m + 1), |s| <= 0.172 (log2_1p_from_s, odd in s). Unlike
- * log2f it vectorizes: the constants of every channel in one loop. */
-static inline float log2_pos(float l) {
-    union { float f; int32_t i; } u = {l};
-    const int32_t k = (u.i - 0x3f3504f3) >> 23; /* 0x3f3504f3: sqrt(1/2) */
-    u.i -= k * (1 << 23);
-    return (float)k + log2_1p_from_s((u.f - 1.0f) / (u.f + 1.0f));
-}
-
-/* A channel's constants, in log2 units: a2 = log2(e) a = lnl2 - k2 z,
- * ninvl = -1/l, kinvl = k/l, lambda clamped to lmin from below (the clamp
- * of mmact.ops.apa). */
-typedef struct { float k2, lnl2, ninvl, kinvl; } Params;
+/* A channel's constants (apa_math.h). */
+typedef ApaConsts Params;
 
 /* The constants of all P channels (structure of arrays), computed once per
  * range in one vectorized loop: a logarithm and a division per channel
@@ -44,8 +33,7 @@ typedef struct {
     float stack[4 * STACK_CHANNELS];
 } Table;
 
-/* 0, or -1 when P > STACK_CHANNELS and the heap has no room. lambda is
- * also kept normal (log2_pos; a lambda_min below 1e-38 is not a use). */
+/* 0, or -1 when P > STACK_CHANNELS and the heap has no room. */
 static inline int table_init(Table* t, const float* kp, const float* lp,
                              float lmin, int64_t P) {
     float* base = t->stack;
@@ -58,13 +46,11 @@ static inline int table_init(Table* t, const float* kp, const float* lp,
     float *ninvl = t->ninvl = base + 2 * P, *kinvl = t->kinvl = base + 3 * P;
     _Pragma("omp simd")
     for (int64_t c = 0; c < P; ++c) {
-        float l = lp[c] > lmin ? lp[c] : lmin;
-        l = l > 1.17549435e-38f ? l : 1.17549435e-38f;
-        const float r = 1.0f / l;
-        k2[c] = kp[c] * 1.44269504f;
-        lnl2[c] = log2_pos(l);
-        ninvl[c] = -r;
-        kinvl[c] = kp[c] * r;
+        const ApaConsts p = apa_consts(kp[c], lp[c], lmin);
+        k2[c] = p.k2;
+        lnl2[c] = p.lnl2;
+        ninvl[c] = p.ninvl;
+        kinvl[c] = p.kinvl;
     }
     return 0;
 }
@@ -121,7 +107,7 @@ static inline void block_channels(const Table* t, int64_t c, int64_t P,
         const float *ninvl = t->ninvl + c, *kinvl = t->kinvl + c;
         _Pragma("omp simd")
         for (int64_t q = 0; q < m; ++q) {
-            a2[j + q] = lnl2[q] - k2[q] * z[j + q];
+            a2[j + q] = apa_arg(lnl2[q], k2[q], z[j + q]);
             nl[j + q] = ninvl[q];
         }
         if (ki) {
@@ -140,7 +126,7 @@ static inline void block_channels(const Table* t, int64_t c, int64_t P,
 static inline void NAME(Params p, const float* z, int64_t q0, int64_t q1,  \
                         float* a2, float* nl, float* ki) {                 \
     Q_LOOP {                                                               \
-        a2[q] = p.lnl2 - p.k2 * z[q];                                      \
+        a2[q] = apa_arg(p.lnl2, p.k2, z[q]);                               \
         nl[q] = p.ninvl;                                                   \
     }                                                                      \
     if (ki) {                                                              \
@@ -178,49 +164,42 @@ static inline void stage_exp_row(Params p, const float* z, int64_t n,
                                  float* a2, float* e) {
     _Pragma("omp simd")
     for (int64_t j = 0; j < n; ++j) {
-        const float a = p.lnl2 - p.k2 * z[j];
+        const float a = apa_arg(p.lnl2, p.k2, z[j]);
         a2[j] = a;
-        e[j] = exp2_nonpos(-__builtin_fabsf(a));
+        e[j] = apa_gate_exp(a);
     }
 }
 
 static inline void stage_exp(int64_t n, const float* a2, float* e) {
     _Pragma("omp simd")
-    for (int64_t j = 0; j < n; ++j) e[j] = exp2_nonpos(-__builtin_fabsf(a2[j]));
+    for (int64_t j = 0; j < n; ++j) e[j] = apa_gate_exp(a2[j]);
 }
 
-/* Forward stage 2: log2(eta) = -log2(1 + 2^a2) / l (softplus in base 2),
- * with -1/l as NL. */
+/* Forward stage 2: log2(eta), with -1/l as NL. */
 #define STAGE_LOG_ETA(NAME, NL_ARG, NL)                                    \
 static inline void NAME(int64_t n, const float* a2, const float* e,        \
                         NL_ARG, float* log_eta) {                          \
     _Pragma("omp simd")                                                    \
-    for (int64_t j = 0; j < n; ++j) {                                      \
-        const float sp2 = (a2[j] < 0.0f ? 0.0f : a2[j])                    \
-                          + log2_1p_from_s(e[j] / (2.0f + e[j]));          \
-        log_eta[j] = sp2 * (NL);                                           \
-    }                                                                      \
+    for (int64_t j = 0; j < n; ++j)                                        \
+        log_eta[j] = apa_log2_eta(a2[j], e[j], (NL));                      \
 }
 STAGE_LOG_ETA(stage_log_eta_row, float ninvl, ninvl)
 STAGE_LOG_ETA(stage_log_eta, const float* nl, nl[j])
 
-/* Backward stage 2: softplus(a) in base 2 and g = sigmoid(a); one division
- * gives both 1/(1+e) and 1/(2+e). */
+/* Backward stage 2: softplus(a) in base 2 and g = sigmoid(a). */
 static inline void stage_sp_g(int64_t n, const float* a2, const float* e,
                               float* sp2, float* g) {
     _Pragma("omp simd")
     for (int64_t j = 0; j < n; ++j) {
-        const float ej = e[j];
-        const float r = 1.0f / ((1.0f + ej) * (2.0f + ej));
-        sp2[j] = (a2[j] < 0.0f ? 0.0f : a2[j])
-                 + log2_1p_from_s(ej * (1.0f + ej) * r);
-        g[j] = (a2[j] >= 0.0f ? 1.0f : ej) * (2.0f + ej) * r;
+        const ApaSpG s = apa_sp_g(a2[j], e[j]);
+        sp2[j] = s.sp2;
+        g[j] = s.g;
     }
 }
 
 /* Forward over [start, end), a block at a time; -1 when the channel
  * table has no room. */
-#define FWD(NAME, Y)                                                       \
+#define FWD(NAME, AGLU)                                                    \
 static int64_t NAME(const float* x, float* y, const float* kp,             \
                     const float* lp, float lmin, int64_t C, int64_t inner, \
                     int64_t start, int64_t end) {                          \
@@ -252,35 +231,22 @@ static int64_t NAME(const float* x, float* y, const float* kp,             \
         }                                                                  \
         if (be >= u.end) cursor_skip(&u, rows);                            \
         _Pragma("omp simd")                                                \
-        for (int64_t j = 0; j < n; ++j) {                                  \
-            const float z = zb[j], eta = exp2_nonpos(log_eta[j]);          \
-            (void)z;                                                       \
-            yb[j] = Y;                                                     \
-        }                                                                  \
+        for (int64_t j = 0; j < n; ++j)                                    \
+            yb[j] = apa_output(AGLU, zb[j], log_eta[j]);                   \
     }                                                                      \
     free(table.heap);                                                      \
     return 0;                                                              \
 }
 
-FWD(apa_fwd_range, eta)
-FWD(aglu_fwd_range, z * eta)
+FWD(apa_fwd_range, 0)
+FWD(aglu_fwd_range, 1)
 
 /* Backward of a block of n <= BLOCK values z with output gradients go:
- * writes gx and the terms of the parameter-gradient sums
- *   APA:  gx = go*eta*g*k/l, sk = go*eta*g*z, sl = go*eta*(sp-g)
- *   AGLU: gx = go*eta*(1 + k z g / l), sk = go*eta*g*z^2,
- *         sl = go*eta*z*(sp-g)
- * (the kappa sums are scaled by 1/l and the lambda sums by 1/l^2 at the
- * end, param_grads): NAME_row inside one row (its sums added to *dk, *dl),
- * NAME across rows (a2, nl, ki from block_rows / block_channels; each
- * value's terms to sk, sl, summed per row by add_row_sums /
- * add_channel_sums). */
-#define BWD_TERMS(NL, KI)                                                  \
-    const float z = zb[j], gj = g[j], sp = sp2[j] * 0.69314718f;           \
-    const float w = go[j] * exp2_nonpos(sp2[j] * (NL));                    \
-    const float kinvl = (KI);
-
-#define BWD_BLOCK(NAME, GX, SK, SL)                                        \
+ * writes gx and the terms of the parameter-gradient sums (apa_terms):
+ * NAME_row inside one row (its sums added to *dk, *dl), NAME across rows
+ * (a2, nl, ki from block_rows / block_channels; each value's terms to sk,
+ * sl, summed per row by add_row_sums / add_channel_sums). */
+#define BWD_BLOCK(NAME, AGLU)                                              \
 static inline void NAME##_row(Params p, const float* zb, const float* go,  \
                               float* gx, int64_t n, double* dk,            \
                               double* dl) {                                \
@@ -290,10 +256,11 @@ static inline void NAME##_row(Params p, const float* zb, const float* go,  \
     float sk = 0.0f, sl = 0.0f;                                            \
     _Pragma("omp simd reduction(+:sk,sl)")                                 \
     for (int64_t j = 0; j < n; ++j) {                                      \
-        BWD_TERMS(p.ninvl, p.kinvl)                                        \
-        gx[j] = GX;                                                        \
-        sk += SK;                                                          \
-        sl += SL;                                                          \
+        const ApaTerms t = apa_terms(AGLU, zb[j], go[j], sp2[j], g[j],     \
+                                     p.ninvl, p.kinvl);                    \
+        gx[j] = t.gx;                                                      \
+        sk += t.sk;                                                        \
+        sl += t.sl;                                                        \
     }                                                                      \
     *dk += sk;                                                             \
     *dl += sl;                                                             \
@@ -306,15 +273,15 @@ static inline void NAME(const float* a2, const float* nl, const float* ki, \
     stage_sp_g(n, a2, e, sp2, g);                                          \
     _Pragma("omp simd")                                                    \
     for (int64_t j = 0; j < n; ++j) {                                      \
-        BWD_TERMS(nl[j], ki[j])                                            \
-        gx[j] = GX;                                                        \
-        sk[j] = SK;                                                        \
-        sl[j] = SL;                                                        \
+        const ApaTerms t = apa_terms(AGLU, zb[j], go[j], sp2[j], g[j],     \
+                                     nl[j], ki[j]);                        \
+        gx[j] = t.gx;                                                      \
+        sk[j] = t.sk;                                                      \
+        sl[j] = t.sl;                                                      \
     }                                                                      \
 }
-BWD_BLOCK(apa_bwd_block, w * gj * kinvl, w * gj * z, w * (sp - gj))
-BWD_BLOCK(aglu_bwd_block, w + kinvl * (w * z * gj), w * z * gj * z,
-          w * z * (sp - gj))
+BWD_BLOCK(apa_bwd_block, 0)
+BWD_BLOCK(aglu_bwd_block, 1)
 
 /* Adds the rows' sums of sk, sl to their parameters' acck, accl: over the
  * lanes of the ISA's widest vector, then the lanes halved (as an omp simd
@@ -518,9 +485,8 @@ int64_t NAME(const float* x, float* y, const float* kp, const float* lp,   \
 FWD_ENTRY(apa_forward, apa_fwd_range)
 FWD_ENTRY(aglu_forward, aglu_fwd_range)
 
-/* Per-thread sums acc (2, T, P) to the gradients of the raw parameters:
- * kappa's scaled by 1/l, lambda's by 1/l^2 and zero where lambda <= lmin
- * (the clamp passes no gradient there); NULL outputs are skipped. */
+/* Per-thread sums acc (2, T, P) to the gradients of the raw parameters
+ * (apa_kappa_grad, apa_lambda_grad); NULL outputs are skipped. */
 static void param_grads(const double* acc, int64_t T, int64_t P,
                         const float* lp, float lmin, float* gk, float* gl) {
     for (int64_t c = 0; c < P; ++c) {
@@ -529,9 +495,8 @@ static void param_grads(const double* acc, int64_t T, int64_t P,
             sk += acc[t * P + c];
             sl += acc[(T + t) * P + c];
         }
-        const double l = lp[c] > lmin ? lp[c] : lmin;
-        if (gk) gk[c] = (float)(sk / l);
-        if (gl) gl[c] = lp[c] > lmin ? (float)(sl / (l * l)) : 0.0f;
+        if (gk) gk[c] = apa_kappa_grad(sk, lp[c], lmin);
+        if (gl) gl[c] = apa_lambda_grad(sl, lp[c], lmin);
     }
 }
 

@@ -7,6 +7,14 @@
 // mmact::apa_backward_rebuilt / aglu_backward_rebuilt: the backward at an
 // input rebuilt per element from src * scale + shift + other * other_scale
 // (mmact.ops.apa.rebuilt_backward; no autograd, called from a backward).
+// mmact::apa_backward / aglu_backward: the node's backward as an operator.
+//
+// One operator, per-device kernels: the schemas, the autograd node and the
+// Python entries are here; the CPU kernels are registered here, the CUDA
+// kernels by the CUDA library (apa_cuda.cu, mmact.ops.cuda_build) for the
+// same operators. The node and the entry branch on the input's device: CPU
+// calls go straight to the C kernels, CUDA calls through the dispatcher to
+// the CUDA library's kernels.
 //
 // Schema: (Tensor x, Tensor kappa, Tensor lambda_, float lambda_min,
 // int channel_dim) -> Tensor. x: float32 / float16 / bfloat16 CPU tensor
@@ -27,6 +35,7 @@
 #include <string>
 #include <tuple>
 
+#include "apa_checks.h"
 #include "op_node.h"
 
 extern "C" {
@@ -52,17 +61,6 @@ const Entries kApa{"apa", apa_forward, apa_backward, apa_backward_rebuilt};
 const Entries kAglu{"aglu", aglu_forward, aglu_backward,
                     aglu_backward_rebuilt};
 
-// The same words as mmact.ops.checks.broadcast_shape.
-void check_count(const at::Tensor& p, const char* what, const at::Tensor& x,
-                 int64_t dim) {
-  const int64_t channels = x.size(dim);
-  TORCH_CHECK_VALUE(p.numel() == 1 || p.numel() == channels, what, " has ",
-                    p.numel(), " values (num_parameters=", p.numel(),
-                    ") but the input has ", channels, " channels at dim ",
-                    dim, " (shape ", x.sizes(), "); use num_parameters=1 or ",
-                    channels, ", or set channel_dim to the channel axis");
-}
-
 // x viewed as (outer, C, inner), parameters with one value each or C each
 // (a shared one beside a per-channel one is expanded).
 struct Layout {
@@ -81,17 +79,12 @@ Layout layout(const at::Tensor& x, const at::Tensor& kappa,
   Layout out;
   out.kappa = kappa.contiguous();
   out.lambda = lambda.contiguous();
-  const int64_t count = std::max(kappa.numel(), lambda.numel());
-  if (count == 1) {
+  const int64_t dim = mmact::channel_axis(x, kappa, lambda, channel_dim);
+  if (dim < 0) {
     out.inner = std::max<int64_t>(x.numel(), 1);
     return out;
   }
-  TORCH_CHECK_VALUE(-x.dim() <= channel_dim && channel_dim < x.dim(),
-                    "channel_dim=", channel_dim,
-                    " is out of range for an input with ", x.dim(), " dims");
-  const int64_t dim = channel_dim < 0 ? channel_dim + x.dim() : channel_dim;
-  check_count(kappa, "kappa", x, dim);
-  check_count(lambda, "lambda", x, dim);
+  const int64_t count = std::max(kappa.numel(), lambda.numel());
   out.channels = count;
   for (int64_t d = dim + 1; d < x.dim(); ++d) out.inner *= x.size(d);
   if (out.kappa.numel() != count) out.kappa = out.kappa.expand({count}).contiguous();
@@ -124,6 +117,70 @@ at::Tensor to_param(const at::Tensor& grad, const at::Tensor& p) {
   return grad.numel() == p.numel() ? grad : grad.sum().view(p.sizes());
 }
 
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+// (grad_x, grad_kappa, grad_lambda) of the raw parameters on the CPU: the
+// node's CPU branch and the CPU kernel of mmact::<op>_backward.
+Grads backward_cpu(const Entries& e, const at::Tensor& grad_out,
+                   const at::Tensor& x, const at::Tensor& kappa,
+                   const at::Tensor& lambda, double lambda_min,
+                   int64_t channel_dim, bool need_k, bool need_l) {
+  const Layout l = layout(x, kappa, lambda, channel_dim);
+  const at::Tensor z = as_float(x), go = as_float(grad_out);
+  at::Tensor gx = mmact::empty_cpu(z.sizes(), at::kFloat), gk, gl;
+  if (need_k) gk = mmact::empty_cpu(l.kappa.sizes(), at::kFloat);
+  if (need_l) gl = mmact::empty_cpu(l.lambda.sizes(), at::kFloat);
+  const int64_t status = e.backward(
+      z.data_ptr<float>(), go.data_ptr<float>(), gx.data_ptr<float>(),
+      l.kappa.data_ptr<float>(), l.lambda.data_ptr<float>(),
+      static_cast<float>(lambda_min), l.channels, l.inner, z.numel(),
+      at::get_num_threads(), need_k ? gk.data_ptr<float>() : nullptr,
+      need_l ? gl.data_ptr<float>() : nullptr);
+  TORCH_CHECK(status == 0, e.name,
+              " backward: no memory for its sums or channel constants");
+  if (gx.scalar_type() != x.scalar_type()) gx = gx.to(x.scalar_type());
+  if (need_k) gk = to_param(gk, kappa);
+  if (need_l) gl = to_param(gl, lambda);
+  return {gx, gk, gl};
+}
+
+template <const Entries& E>
+Grads backward_cpu_op(const at::Tensor& grad_out, const at::Tensor& x,
+                      const at::Tensor& kappa, const at::Tensor& lambda,
+                      double lambda_min, int64_t channel_dim, bool need_kappa,
+                      bool need_lambda) {
+  return backward_cpu(E, grad_out, x, kappa, lambda, lambda_min, channel_dim,
+                      need_kappa, need_lambda);
+}
+
+using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
+                             const at::Tensor&, double, int64_t);
+using BackwardSignature = Grads(const at::Tensor&, const at::Tensor&,
+                                const at::Tensor&, const at::Tensor&, double,
+                                int64_t, bool, bool);
+
+// The typed handle of mmact::<name><suffix>, found once.
+template <typename F>
+c10::TypedOperatorHandle<F> handle(const char* name, const char* suffix) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string("mmact::") + name + suffix).c_str(), "")
+      .template typed<F>();
+}
+
+// The forward below autograd: the CUDA library's kernel through the
+// dispatcher for a CUDA input, else the C kernels (which refuse other
+// devices, naming them).
+template <const Entries& E>
+at::Tensor forward_any(const at::Tensor& x, const at::Tensor& kappa,
+                       const at::Tensor& lambda, double lambda_min,
+                       int64_t channel_dim) {
+  if (!x.is_cuda()) {
+    return forward_cpu(E, x, kappa, lambda, lambda_min, channel_dim);
+  }
+  static const auto op = handle<Signature>(E.name, "");
+  return op.call(x, kappa, lambda, lambda_min, channel_dim);
+}
+
 // The backward node, written as torch's generated nodes are (a Node with
 // SavedVariables) rather than a torch::autograd::Function: that one keeps
 // its state in string-keyed maps and wraps its outputs, which cost more
@@ -153,22 +210,16 @@ struct EtaBackward final : public torch::autograd::TraceableFunction {
     at::Tensor gx, gk, gl;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      const Layout l = layout(x, kappa, lambda, channel_dim_);
-      const at::Tensor z = as_float(x), go = as_float(grads[0]);
-      gx = mmact::empty_cpu(z.sizes(), at::kFloat);
-      if (need_k) gk = mmact::empty_cpu(l.kappa.sizes(), at::kFloat);
-      if (need_l) gl = mmact::empty_cpu(l.lambda.sizes(), at::kFloat);
-      const int64_t status = E.backward(
-          z.data_ptr<float>(), go.data_ptr<float>(), gx.data_ptr<float>(),
-          l.kappa.data_ptr<float>(), l.lambda.data_ptr<float>(),
-          static_cast<float>(lambda_min_), l.channels, l.inner, z.numel(),
-          at::get_num_threads(), need_k ? gk.data_ptr<float>() : nullptr,
-          need_l ? gl.data_ptr<float>() : nullptr);
-      TORCH_CHECK(status == 0, E.name,
-                  " backward: no memory for its sums or channel constants");
-      if (gx.scalar_type() != x.scalar_type()) gx = gx.to(x.scalar_type());
-      if (need_k) gk = to_param(gk, kappa);
-      if (need_l) gl = to_param(gl, lambda);
+      if (!x.is_cuda()) {
+        std::tie(gx, gk, gl) =
+            backward_cpu(E, grads[0], x, kappa, lambda, lambda_min_,
+                         channel_dim_, need_k, need_l);
+      } else {
+        static const auto op = handle<BackwardSignature>(E.name, "_backward");
+        std::tie(gx, gk, gl) = op.call(grads[0], x, kappa, lambda,
+                                       lambda_min_, channel_dim_, need_k,
+                                       need_l);
+      }
     }
     variable_list out = {should_compute_output(0) ? gx : at::Tensor(), gk,
                          gl};
@@ -196,7 +247,7 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& kappa,
   at::Tensor y;
   {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    y = forward_cpu(E, x, kappa, lambda, lambda_min, channel_dim);
+    y = forward_any<E>(x, kappa, lambda, lambda_min, channel_dim);
   }
   if (record) {
     mmact::NodePtr node = mmact::make_node<EtaBackward<E>>();
@@ -282,14 +333,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_rebuilt(
   return {gx, gk, gl};
 }
 
-using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
-                             const at::Tensor&, double, int64_t);
+// Which devices' calls the Python entries take (mmact.ops.apa.cpu.routes):
+// CPU calls while the C kernels are on, CUDA calls once the CUDA library
+// is loaded and its kernels selected.
+bool route_cpu = true;
+bool route_cuda = false;
 
 // The Python entry of an operator, what mmact.ops.apa / aglu call first
 // (module.cpp lists it):
 // for a call the operator takes (plain float32 / float16 / bfloat16 strided
-// CPU input, float32 CPU parameters, a float lambda_min > 0, an int (not
-// bool) channel_dim, mmact::direct_call) it unpacks the arguments and calls
+// input on a routed device, float32 parameters on the input's device, a
+// float lambda_min > 0, an int (not bool) channel_dim, mmact::direct_call)
+// it unpacks the arguments and calls
 // through the dispatcher, so autograd applies, for ~2 us less than
 // torch.ops' boxed call; any other call it declines with None, and
 // mmact.ops.apa.dispatch.implementation picks another implementation (its
@@ -297,10 +352,7 @@ using Signature = at::Tensor(const at::Tensor&, const at::Tensor&,
 template <const Entries& E>
 PyObject* python_entry(PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow(
-                                 (std::string("mmact::") + E.name).c_str(), "")
-                             .typed<Signature>();
+  static const auto op = handle<Signature>(E.name, "");
   if (nargs != 5 || !THPVariable_CheckExact(args[0]) ||
       !THPVariable_CheckExact(args[1]) || !THPVariable_CheckExact(args[2]) ||
       !PyFloat_Check(args[3]) || !PyLong_Check(args[4]) ||
@@ -312,12 +364,17 @@ PyObject* python_entry(PyObject* const* args, Py_ssize_t nargs) {
                    &lambda = THPVariable_Unpack(args[2]);
   const at::ScalarType dtype = x.scalar_type();
   const double lambda_min = PyFloat_AS_DOUBLE(args[3]);
-  if (!(x.is_cpu() && x.layout() == at::kStrided &&
+  const bool routed =
+      x.is_cpu() ? route_cpu && kappa.is_cpu() && lambda.is_cpu()
+                 : route_cuda && x.is_cuda() &&
+                       kappa.device() == x.device() &&
+                       lambda.device() == x.device();
+  if (!(routed && x.layout() == at::kStrided &&
         (dtype == at::kFloat || dtype == at::kHalf ||
          dtype == at::kBFloat16) &&
-        kappa.is_cpu() && kappa.scalar_type() == at::kFloat &&
-        lambda.is_cpu() && lambda.scalar_type() == at::kFloat &&
-        lambda_min > 0 && mmact::direct_call(x, kappa, lambda))) {
+        kappa.scalar_type() == at::kFloat &&
+        lambda.scalar_type() == at::kFloat && lambda_min > 0 &&
+        mmact::direct_call(x, kappa, lambda))) {
     Py_RETURN_NONE;
   }
   const int64_t channel_dim = PyLong_AsLongLong(args[4]);
@@ -341,6 +398,16 @@ PyObject* python_aglu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return python_entry<kAglu>(args, nargs);
 }
 
+PyObject* python_routes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyBool_Check(args[0]) || !PyBool_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "routes(cpu: bool, cuda: bool)");
+    return nullptr;
+  }
+  route_cpu = args[0] == Py_True;
+  route_cuda = args[1] == Py_True;
+  Py_RETURN_NONE;
+}
+
 }  // namespace mmact
 
 // A fragment: fles_op.cpp registers into the same namespace.
@@ -357,6 +424,13 @@ TORCH_LIBRARY_FRAGMENT(mmact, m) {
   m.def("apa" MMACT_REBUILT_SCHEMA);
   m.def("aglu" MMACT_REBUILT_SCHEMA);
 #undef MMACT_REBUILT_SCHEMA
+#define MMACT_BACKWARD_SCHEMA                                               \
+  "_backward(Tensor grad_out, Tensor x, Tensor kappa, Tensor lambda_, "      \
+  "float lambda_min, int channel_dim, bool need_kappa, bool need_lambda) "  \
+  "-> (Tensor, Tensor, Tensor)"
+  m.def("apa" MMACT_BACKWARD_SCHEMA);
+  m.def("aglu" MMACT_BACKWARD_SCHEMA);
+#undef MMACT_BACKWARD_SCHEMA
 }
 
 TORCH_LIBRARY_IMPL(mmact, CPU, m) {
@@ -364,6 +438,8 @@ TORCH_LIBRARY_IMPL(mmact, CPU, m) {
   m.impl("aglu", cpu<kAglu>);
   m.impl("apa_backward_rebuilt", backward_rebuilt<kApa>);
   m.impl("aglu_backward_rebuilt", backward_rebuilt<kAglu>);
+  m.impl("apa_backward", backward_cpu_op<kApa>);
+  m.impl("aglu_backward", backward_cpu_op<kAglu>);
 }
 
 TORCH_LIBRARY_IMPL(mmact, Autograd, m) {

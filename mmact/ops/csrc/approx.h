@@ -5,6 +5,15 @@
 #define MMACT_APPROX_H
 #include <stdint.h>
 
+/* A function of the element math that the CUDA kernels share with the C
+ * kernels (apa_math.h), as ATen's C10_HOST_DEVICE: __host__ __device__
+ * under nvcc, nothing for gcc. */
+#ifdef __CUDACC__
+#define MMACT_HD __host__ __device__
+#else
+#define MMACT_HD
+#endif
+
 /* 2^t for t <= 0, the form APA's exponentials take once the arguments are
  * scaled by log2(e) (apa.c does it on the parameters, per channel).
  * t = n + r with |r| <= 1/2, then a degree-5 polynomial fitted for relative
@@ -25,7 +34,7 @@ static inline float exp2_nonpos(float t) {
 
 /* log2(1 + e) for 0 <= e <= 1 given s = e / (2 + e) <= 1/3:
  * 2 atanh(s) / ln 2 with a cubic in s^2 fitted for relative error (2e-7). */
-static inline float log2_1p_from_s(float s) {
+MMACT_HD static inline float log2_1p_from_s(float s) {
     const float s2 = s * s;
     const float s4 = s2 * s2;
     const float p = (2.8853896f + s2 * 0.96193141f)

@@ -23,6 +23,8 @@ PyMethodDef methods[] = {
      "mmact::apa(x, kappa, lambda_, lambda_min, channel_dim)"},
     {"aglu", fastcall<mmact::python_aglu>(), METH_FASTCALL,
      "mmact::aglu(x, kappa, lambda_, lambda_min, channel_dim)"},
+    {"routes", fastcall<mmact::python_routes>(), METH_FASTCALL,
+     "routes(cpu, cuda): which devices' calls the apa / aglu entries take"},
     {"fles", fastcall<mmact::python_fles>(), METH_FASTCALL,
      "mmact::fles(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, kh, kw, "
      "gate, mode, k_ho_min)"},

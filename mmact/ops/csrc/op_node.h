@@ -111,6 +111,8 @@ at::Tensor call_from_python(int64_t numel, F&& call) {
 PyObject* python_apa(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* python_aglu(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// Sets which devices' calls the APA / AGLU entries take: routes(cpu, cuda).
+PyObject* python_routes(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 }  // namespace mmact
 
