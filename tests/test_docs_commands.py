@@ -133,7 +133,10 @@ def check_python_tool(script: str, argv: List[str], monkeypatch) -> None:
     assert (REPO / script).is_file(), f'{script} does not exist'
     options = [w.strip('[]').split('=')[0] for w in argv if '--' in w]
     synopsis = _is_synopsis(argv)
-    if synopsis:  # a usage line: without its optional parts
+    # a usage line (its options in brackets, as argparse prints them), not
+    # an example with an optional argument: it names every option
+    usage = len(re.findall(r'\[--', ' '.join(argv))) >= 3
+    if synopsis:  # without its optional parts
         line = ' '.join(argv)
         while re.search(r'\[[^\[\]]*\]', line):
             line = re.sub(r'\[[^\[\]]*\]', '', line)
@@ -143,7 +146,7 @@ def check_python_tool(script: str, argv: List[str], monkeypatch) -> None:
     known = set(parser._option_string_actions)
     unknown = [o for o in options if o.startswith('--') and o not in known]
     assert not unknown, f'{script} has no option {unknown}'
-    if synopsis:  # a usage line names every option a user may give
+    if usage:
         absent = {
             action.option_strings[-1]
             for action in parser._actions
@@ -182,11 +185,33 @@ def check_command(command: Command, monkeypatch) -> None:
     elif program.endswith(('python', 'python3')):
         if argv[1:3] == ['-m', 'pytest']:
             check_pytest(argv[3:])
+        elif argv[1] == '-m':
+            check_python_module(argv[2], argv[3:], monkeypatch)
         else:
             check_python_tool(argv[1], argv[2:], monkeypatch)
     else:
         pytest.fail(f'no check knows the command {" ".join(argv)!r}: add one '
                     'to tests/test_docs_commands.py')
+
+
+def check_python_module(module: str, argv: List[str], monkeypatch) -> None:
+    """``python -m MODULE ARGS``: an mmact module whose parser takes
+    ``argv``; nothing after the parsing runs."""
+    assert module.startswith('mmact.'), f'{module} is not mmact\'s'
+    original = argparse.ArgumentParser.parse_args
+
+    def intercept(self, args=None, namespace=None):
+        raise _Parsed(self, original(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', intercept)
+    monkeypatch.setattr(sys, 'argv', [module, *argv])
+    try:
+        runpy.run_module(module, run_name='__main__')
+    except _Parsed:
+        return
+    except SystemExit as error:
+        pytest.fail(f'python -m {module} refused {argv}: exit {error.code}')
+    pytest.fail(f'python -m {module} never parsed its arguments')
 
 
 def check_install(argv: List[str]) -> None:
