@@ -187,3 +187,101 @@ def fmt_spread(values: Tuple[float, float, float],
     """``median [min-max]``."""
     med, lo, hi = (v * scale for v in values)
     return f'{med:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]'
+
+
+# ---------------------------------------------------------------------------
+# Device-neutral timing and memory for the GPU benchmarks
+# (benchmark_cuda.py, benchmark_mask_rcnn_step.py), so that the same code
+# runs on the CPU in tools/gpu/gpu_check.sh's dry run.
+
+
+class StepClock:
+    """Times one region twice: wall clock and device time.
+
+    On CUDA the device time comes from CUDA events recorded around the region
+    (the GPU's time from the first to the last kernel the region queued, idle
+    gaps included); on the CPU it is the wall clock (the stand-in a dry run
+    uses). Both synchronise the device at the start and the end, so each
+    region is measured alone.
+
+    Args:
+        device (str | torch.device): Where the region runs.
+    """
+
+    def __init__(self, device) -> None:
+        self.cuda = torch.device(device).type == 'cuda'
+        self._start = self._events = None
+
+    def __enter__(self) -> 'StepClock':
+        if self.cuda:
+            torch.cuda.synchronize()
+            self._events = (torch.cuda.Event(enable_timing=True),
+                            torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            self._events[1].record()
+            self._events[1].synchronize()
+        self.wall_s = time.perf_counter() - self._start
+        self.device_s = (
+            self._events[0].elapsed_time(self._events[1]) / 1e3
+            if self.cuda else self.wall_s)
+
+
+def reset_peak_memory(device) -> None:
+    """Start a new peak of allocated memory (CUDA; nothing on the CPU)."""
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory(device) -> Optional[int]:
+    """Bytes of ``torch.cuda.max_memory_allocated`` since the last
+    :func:`reset_peak_memory`; None on the CPU (torch keeps no such figure
+    there)."""
+    if torch.device(device).type != 'cuda':
+        return None
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_allocated())
+
+
+def quartiles(values: Sequence[float]) -> Dict[str, float]:
+    """Median and interquartile range of ``values``.
+
+    Returns:
+        dict: ``median``, ``q25``, ``q75``, ``iqr_rel`` (IQR / median) and
+        ``n``.
+    """
+    vals = sorted(values)
+    if len(vals) == 1:
+        q25 = med = q75 = vals[0]
+    else:
+        q25, med, q75 = statistics.quantiles(
+            vals, n=4, method='inclusive')
+    return dict(
+        median=med,
+        q25=q25,
+        q75=q75,
+        iqr_rel=(q75 - q25) / med if med else None,
+        n=len(vals))
+
+
+def bootstrap_ratio(num: Sequence[float],
+                    den: Sequence[float],
+                    resamples: int = 2000,
+                    seed: int = 0) -> Tuple[float, float]:
+    """95 % interval of ``median(num) / median(den)`` by resampling both
+    samples (a ratio whose interval excludes 1.05 resolves a 5 %
+    difference)."""
+    import random
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.median(rng.choices(num, k=len(num))) /
+        statistics.median(rng.choices(den, k=len(den)))
+        for _ in range(resamples))
+    return (ratios[int(0.025 * resamples)],
+            ratios[int(0.975 * resamples) - 1])

@@ -15,6 +15,15 @@ Prints, from one run on one CUDA device:
    time and ``torch.cuda.max_memory_allocated`` ratios (targets <= 1.05x),
    in float32 and with bfloat16 autocast.
 
+4. ``kernel``: GPU time alone (torch.profiler's device time of every kernel
+   a call launches, no host time) of AGLU forward+backward against SiLU's,
+   float32 and bfloat16.
+
+``--device cpu --smoke`` runs every part on the CPU at toy sizes
+(``tools/gpu/gpu_check.sh``'s dry run): the wall clock stands in for CUDA
+events and ``do_bench``, the profiler's CPU time for kernel time, and no
+memory figure is taken (null).
+
 Operator times are medians of ``triton.testing.do_bench`` (CUDA events),
 taken twice in alternating order; the spread between the two rounds is
 printed. Gradients are taken with ``torch.autograd.grad`` (no accumulation
@@ -25,6 +34,7 @@ Usage::
 
     python tools/benchmarks/benchmark_cuda.py [--parts ops fles backbone]
         [--batch 64] [--steps 20] [--json results.json]
+        [--device cpu --smoke]
 """
 import argparse
 import datetime
@@ -39,15 +49,34 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_utils  # noqa: E402
 
 from mmact.ops import aglu, apa, backends  # noqa: E402
 
 OP_SHAPE = (32, 256, 56, 56)  # 103 MB in float32: twice the H100's L2
 FLES_SHAPE = (32, 256, 64, 64)
+IMAGE_SIZE = 224
+#: The dry run's sizes (``--smoke``).
+SMOKE_OP_SHAPE = (2, 8, 8, 8)
+SMOKE_FLES_SHAPE = (2, 32, 16, 16)
+SMOKE_IMAGE_SIZE = 32
+#: Where the parts run (``--device``).
+DEVICE = 'cuda'
 
 
 def bench(fn: Callable[[], object]) -> float:
-    """Median milliseconds of ``fn`` (CUDA events, warm-up excluded)."""
+    """Median milliseconds of ``fn`` (CUDA events, warm-up excluded; on
+    the CPU the wall clock of a few calls)."""
+    if torch.device(DEVICE).type != 'cuda':
+        fn()
+        times = []
+        for _ in range(3):
+            with bench_utils.StepClock(DEVICE) as clock:
+                fn()
+            times.append(clock.device_s * 1e3)
+        return statistics.median(times)
     import triton.testing
     return triton.testing.do_bench(
         fn, warmup=50, rep=200, return_mode='median')
@@ -104,7 +133,7 @@ def _no_grad(fn: Callable, x: torch.Tensor) -> Callable[[], None]:
 def op_cases(dtype: torch.dtype) -> Dict[str, tuple]:
     """name -> (function of x, parameters, baseline name)."""
     channels = OP_SHAPE[1]
-    dev = 'cuda'
+    dev = DEVICE
 
     def p(value, n):
         return torch.full((n, ), value, device=dev, requires_grad=True)
@@ -124,7 +153,7 @@ def op_cases(dtype: torch.dtype) -> Dict[str, tuple]:
 
 def run_ops(results: Dict) -> None:
     for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(OP_SHAPE, device='cuda', dtype=dtype) * 3
+        x = torch.randn(OP_SHAPE, device=DEVICE, dtype=dtype) * 3
         x.requires_grad_()
         go = torch.randn_like(x)
         cases = op_cases(dtype)
@@ -166,6 +195,13 @@ def run_ops(results: Dict) -> None:
             print(f'{n:>26} {ms:10.3f} {spread:7.1%} {"":>7} '
                   f'{ms / times[base][0]:5.2f}x')
         results[f'ops_{name}'] = table
+        summary = results.setdefault('summary', {})
+        wall = summary.setdefault('wall', {})
+        wall[f'aglu_silu_{name}'] = table['AGLU']['ratio']
+        if dtype == torch.float32:
+            wall['apa_sigmoid_float32'] = table['APA']['ratio']
+            summary.setdefault('saved', {})['aglu_float32'] = table['AGLU'][
+                'saved_over_input']
         del x, go
 
 
@@ -174,10 +210,10 @@ def run_fles(results: Dict) -> None:
     shape = FLES_SHAPE
     table = {}
     for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(shape, device='cuda', dtype=dtype)
+        x = torch.randn(shape, device=DEVICE, dtype=dtype)
         x.requires_grad_()
         go = torch.randn_like(x)
-        fles = FleS(channels=shape[1], window_size=(9, 15)).cuda()
+        fles = FleS(channels=shape[1], window_size=(9, 15)).to(DEVICE)
         params = list(fles.parameters())
         runs = {
             'GELU': fwd_bwd(F.gelu, x, go, []),
@@ -197,7 +233,61 @@ def run_fles(results: Dict) -> None:
                 ms=ms, spread=spread, ratio=ratio, saved_over_input=saved)
             print(f'{n:>26} {ms:10.3f} ms {spread:7.1%} {ratio:6.2f}x '
                   f'saved/input {saved:.2f}')
+        summary = results.setdefault('summary', {})
+        summary.setdefault('wall', {})[f'fles_gelu_{name}'] = table[
+            f'FleS 9x15 {name}']['ratio']
+        summary.setdefault('saved', {})[f'fles_{name}'] = table[
+            f'FleS 9x15 {name}']['saved_over_input']
     results['fles'] = table
+
+
+def _kernel_us(run: Callable[[], None], calls: int) -> float:
+    """Device time per call of every kernel ``run`` launches, from
+    torch.profiler (the CPU time of the ops on the CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = torch.device(DEVICE).type == 'cuda'
+    activities = [ProfilerActivity.CPU]
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+    run()  # compile / warm up outside the profile
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            run()
+        if cuda:
+            torch.cuda.synchronize()
+    if cuda:
+        # the kernels themselves (device-side events); the aten ops' own
+        # device times would count each kernel a second time
+        total = sum(e.time_range.elapsed_us() for e in prof.events()
+                    if e.device_type == torch.autograd.DeviceType.CUDA)
+    else:
+        total = sum(e.self_cpu_time_total for e in prof.key_averages())
+    return total / calls
+
+
+def run_kernel(results: Dict, calls: int = 20) -> None:
+    """GPU time alone of AGLU (shared parameters) forward+backward against
+    SiLU's."""
+    table = {}
+    summary = results.setdefault('summary', {}).setdefault('kernel', {})
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(OP_SHAPE, device=DEVICE, dtype=dtype) * 3
+        x.requires_grad_()
+        go = torch.randn_like(x)
+        cases = op_cases(dtype)
+        us = {
+            n: _kernel_us(fwd_bwd(cases[n][0], x, go, cases[n][1]), calls)
+            for n in ('SiLU', 'AGLU')
+        }
+        name = str(dtype).replace('torch.', '')
+        ratio = us['AGLU'] / us['SiLU'] if us['SiLU'] else None
+        table[name] = dict(aglu_us=us['AGLU'], silu_us=us['SiLU'], ratio=ratio)
+        summary[f'aglu_silu_{name}'] = ratio
+        print(f'\n== kernel time per fwd+bwd {name} {tuple(OP_SHAPE)}: AGLU '
+              f'{us["AGLU"]:.1f} us, SiLU {us["SiLU"]:.1f} us '
+              f'({"-" if ratio is None else f"{ratio:.2f}x"})')
+        del x, go
+    results['kernel'] = table
 
 
 class Classifier(nn.Module):
@@ -229,7 +319,8 @@ def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast('cuda', torch.bfloat16, enabled=amp):
+        with torch.autocast(
+                torch.device(DEVICE).type, torch.bfloat16, enabled=amp):
             loss = F.cross_entropy(model(images), labels)
         loss.backward()
         opt.step()
@@ -238,16 +329,17 @@ def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
 
 def step_peak(cfg: dict, images, labels, amp: bool) -> int:
-    """max_memory_allocated over training steps of one model alone."""
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    model = Classifier(**cfg).cuda().train().to(
+    """max_memory_allocated over training steps of one model alone (None
+    on the CPU, where no model is built for it)."""
+    if torch.device(DEVICE).type != 'cuda':
+        return None
+    bench_utils.reset_peak_memory(DEVICE)
+    model = Classifier(**cfg).to(DEVICE).train().to(
         memory_format=torch.channels_last)
     step = make_step(model, images, labels, amp)
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
+    peak = bench_utils.peak_memory(DEVICE)
     del model, step
     return peak
 
@@ -256,9 +348,9 @@ def run_backbone(results: Dict, batch: int, steps: int,
                  torch_path: bool) -> None:
     torch.manual_seed(0)
     images = torch.randn(
-        batch, 3, 224, 224,
-        device='cuda').to(memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (batch, ), device='cuda')
+        batch, 3, IMAGE_SIZE, IMAGE_SIZE,
+        device=DEVICE).to(memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (batch, ), device=DEVICE)
     configs = dict(BACKBONES)
     table = {}
     for amp in (False, True):
@@ -268,7 +360,7 @@ def run_backbone(results: Dict, batch: int, steps: int,
             for n, c in configs.items()
         }
         models = {
-            n: Classifier(**c).cuda().train().to(
+            n: Classifier(**c).to(DEVICE).train().to(
                 memory_format=torch.channels_last)
             for n, c in configs.items()
         }
@@ -280,22 +372,19 @@ def run_backbone(results: Dict, batch: int, steps: int,
             stepf['APA*+AGLU SE-R50 (torch path)'] = _with_torch_path(
                 stepf['APA*+AGLU SE-R50'])
         times: Dict[str, List[float]] = {n: [] for n in stepf}
-        for _ in range(3):  # warm-up, compiles the kernels
+        for _ in range(3 if steps >= 5 else 1):  # warm-up, compiles kernels
             for f in stepf.values():
                 f()
-        block = 5
+        block = min(5, steps)
         for _ in range(max(steps // block, 1)):
             for n, f in stepf.items():
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(block):
-                    f()
-                end.record()
-                end.synchronize()
-                times[n].append(start.elapsed_time(end) / block)
+                with bench_utils.StepClock(DEVICE) as clock:
+                    for _ in range(block):
+                        f()
+                times[n].append(clock.device_s * 1e3 / block)
         base = 'SE-R50 ReLU'
-        print(f'\n== training step, batch {batch}x3x224x224, {prec}, '
+        print(f'\n== training step, batch {batch}x3x{IMAGE_SIZE}x'
+              f'{IMAGE_SIZE}, {prec}, '
               'channels_last, SGD')
         for n, t in times.items():
             med = statistics.median(t)
@@ -310,6 +399,11 @@ def run_backbone(results: Dict, batch: int, steps: int,
                 ratio=ratio,
                 peak_bytes=peak,
                 peak_ratio=peak / peaks[base] if peak else None)
+        key = 'bfloat16' if amp else 'float32'
+        step = results.setdefault('summary', {}).setdefault('step', {})
+        step[f'se_r50_{key}'] = table[f'APA*+AGLU SE-R50 {prec}']['ratio']
+        step[f'memory_{key}'] = table[f'APA*+AGLU SE-R50 {prec}'][
+            'peak_ratio']
         del models, stepf
     results['backbone'] = table
 
@@ -330,7 +424,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         '--parts',
         nargs='+',
         default=['ops', 'fles', 'backbone'],
-        choices=['ops', 'fles', 'backbone'])
+        choices=['ops', 'fles', 'backbone', 'kernel'])
     parser.add_argument('--batch', type=int, default=64)
     parser.add_argument('--steps', type=int, default=20)
     parser.add_argument(
@@ -338,16 +432,33 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         action='store_true',
         help='skip the MMACT_TRITON=0 step of the backbone')
     parser.add_argument('--json', help='write the figures to this file')
+    parser.add_argument(
+        '--device',
+        default='cuda',
+        help='cuda, or cpu for a dry run (with --smoke)')
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help=f'toy sizes: ops {SMOKE_OP_SHAPE}, FleS {SMOKE_FLES_SHAPE}, '
+        f'images {SMOKE_IMAGE_SIZE}x{SMOKE_IMAGE_SIZE}, 2 steps')
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit('benchmark_cuda.py needs a CUDA GPU')
-    import triton
-    props = torch.cuda.get_device_properties(0)
+    global DEVICE, OP_SHAPE, FLES_SHAPE, IMAGE_SIZE
+    DEVICE = args.device
+    if torch.device(DEVICE).type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('benchmark_cuda.py: --device cuda needs a CUDA GPU '
+                         '(use --device cpu --smoke for a dry run)')
+    if args.smoke:
+        OP_SHAPE, FLES_SHAPE = SMOKE_OP_SHAPE, SMOKE_FLES_SHAPE
+        IMAGE_SIZE, args.steps = SMOKE_IMAGE_SIZE, 2
+        args.no_torch_path = True
+        args.batch = min(args.batch, 2)
+    from mmact.compat import triton_version
     header = dict(
-        gpu=props.name,
+        gpu=(torch.cuda.get_device_properties(0).name
+             if torch.device(DEVICE).type == 'cuda' else 'cpu'),
         date=datetime.date.today().isoformat(),
         torch=torch.__version__,
-        triton=triton.__version__,
+        triton='.'.join(map(str, triton_version())) or None,
         cuda=torch.version.cuda)
     print(' '.join(f'{k}={v}' for k, v in header.items()))
     results: Dict = dict(header=header)
@@ -357,7 +468,10 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         run_fles(results)
     if 'backbone' in args.parts:
         run_backbone(results, args.batch, args.steps, not args.no_torch_path)
+    if 'kernel' in args.parts:
+        run_kernel(results)
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=1)
     return results

@@ -15,12 +15,18 @@ Targets (#23): train AGLU / APA <= 1.5x, FleS <= 3x; eval <= 1.3x. Method
 ``bench_utils``. On a GPU (``--device cuda``) the same table is the Triton
 path's launch cost (CPU time per call; each round synchronises once).
 
+``--json`` writes the figures, with a ``summary`` of the median ratios
+AGLU / SiLU, APA / Sigmoid and FleS / GELU per mode under ``--summary-key``
+(train) and ``<key>_eval`` (eval), the keys of
+``tools/gpu/gpu_check.sh``'s gpu.json.
+
 Example::
 
     python tools/benchmarks/benchmark_overhead.py --threads 1
 """
 import argparse
 import gc
+import json
 import os.path as osp
 import sys
 from typing import Callable, Dict
@@ -61,6 +67,11 @@ def parse_args(argv=None):
     parser.add_argument('--repeats', type=int, default=7)
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--device', default='cpu')
+    parser.add_argument('--json', help='write the figures to this file')
+    parser.add_argument(
+        '--summary-key',
+        default='host_cost',
+        help='name of the summary in the JSON (default host_cost)')
     parser.add_argument(
         '--no-allocator',
         action='store_true',
@@ -125,6 +136,8 @@ def main(args) -> None:
 
         return step
 
+    figures = {}
+    summary = {}
     for mode, make in (('train', train_step), ('eval', eval_step)):
         for m in modules.values():
             m.train(mode == 'train')
@@ -144,6 +157,11 @@ def main(args) -> None:
                 bench_utils.fmt_spread(
                     bench_utils.round_ratios(times, name, base))
                 if base else '')
+            figures.setdefault(mode, {})[name] = dict(
+                us_per_call=per_call[0] * 1e6,
+                ratio=(bench_utils.round_ratios(times, name, base)[0]
+                       if base else None),
+                baseline=base)
             rows.append((name, bench_utils.fmt_spread(per_call, 1e6, 1),
                          base or '', ratio, f'<= {target}' if target else ''))
         what = ('forward + backward' if mode == 'train' else
@@ -154,6 +172,26 @@ def main(args) -> None:
             f'{args.repeats} interleaved rounds',
             ('module', 'us per call median [min-max]', 'baseline',
              'ratio median [min-max]', 'target'), rows, args.threads)
+        key = args.summary_key + ('' if mode == 'train' else '_eval')
+        summary[key] = {
+            short: figures[mode][name]['ratio']
+            for short, name in (('aglu_silu', 'AGLU'), ('apa_sigmoid', 'APA'),
+                                ('fles_gelu', 'FleS (global)'))
+        }
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(
+                dict(
+                    header=dict(
+                        device=args.device,
+                        shape=list(args.shape),
+                        calls=args.calls,
+                        repeats=args.repeats,
+                        machine=bench_utils.machine_line(args.threads)),
+                    summary=summary,
+                    **figures),
+                f,
+                indent=1)
 
 
 if __name__ == '__main__':
