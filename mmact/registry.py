@@ -18,6 +18,14 @@ registries (:func:`import_on_first_lookup`): mmengine imports a registry's
 locations the first time it looks a name up (``Registry.get``, hence every
 ``build``), so a config names ``type='ActResNet'`` as usual and only runs
 that use the mmdet / mmpretrain registries import them.
+
+mmdet's model package needs mmcv's compiled ops. mmdet's ``MODELS`` imports
+:mod:`mmact.models.mmdet_components` before its own models, so that where
+those ops do not load, a build from it raises
+:class:`~mmact.models.mmdet_support.MmcvOpsMissingError` (naming mmact's
+components there and the install command) and none of them is registered;
+:mod:`mmact.models.backbones` needs no mmdet models and serves mmpretrain's
+registry either way.
 """
 import importlib
 from typing import Dict, Tuple
@@ -27,31 +35,40 @@ from mmengine.registry import Registry
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 __all__ = [
-    'UPSTREAM_MODEL_MODULES', 'import_on_first_lookup', 'registered_components'
+    'UPSTREAM_MODEL_MODULES', 'FIRST_LOCATIONS', 'import_on_first_lookup',
+    'registered_components'
 ]
 
 #: mmact module -> the registries its decorators register into.
 UPSTREAM_MODEL_MODULES: Dict[str, Tuple[Registry, ...]] = {
+    'mmact.models.mmdet_components': (MMDET_MODELS, ),
     'mmact.models.backbones': (MMDET_MODELS, MMPRETRAIN_MODELS),
     'mmact.models.heads': (MMPRETRAIN_MODELS, ),
-    'mmact.models.losses': (MMDET_MODELS, ),
-    'mmact.models.layers.carafe': (MMDET_MODELS, ),
-    'mmact.models.roi_heads': (MMDET_MODELS, ),
 }
 
+#: Modules of :data:`UPSTREAM_MODEL_MODULES` imported before their
+#: registries' own locations.
+FIRST_LOCATIONS = ('mmact.models.mmdet_components', )
 
-def import_on_first_lookup(module: str, *registries: Registry) -> None:
+
+def import_on_first_lookup(module: str,
+                           *registries: Registry,
+                           first: bool = False) -> None:
     """Import ``module`` when one of ``registries`` first looks a name up.
 
     Uses mmengine's import locations of a registry (the ``locations``
-    argument of ``Registry``, imported by ``Registry.import_from_location``
-    on the first ``get``). A registry that has looked names up already will
-    not import its locations again, so then ``module`` is imported now.
+    argument of ``Registry``, imported in order by
+    ``Registry.import_from_location`` on the first ``get``). A registry that
+    has looked names up already will not import its locations again, so then
+    ``module`` is imported now.
 
     Args:
         module (str): Module whose decorators register into ``registries``.
         *registries (Registry): The registries (children of mmengine's root
             registries, which have import locations).
+        first (bool): Import ``module`` before the registries' other
+            locations, so that its error, if it raises one, is the one a
+            build sees. Defaults to False (after them).
     """
     if any(registry._imported for registry in registries):
         importlib.import_module(module)
@@ -60,7 +77,8 @@ def import_on_first_lookup(module: str, *registries: Registry) -> None:
         if module not in registry._locations:
             # A new list: mmengine's default ``locations=[]`` is one list
             # object shared by every registry created without locations.
-            registry._locations = [*registry._locations, module]
+            registry._locations = ([module, *registry._locations] if first else
+                                   [*registry._locations, module])
 
 
 def registered_components() -> Dict[str, type]:

@@ -19,14 +19,19 @@ plugins after the last convolution.
 mmpretrain's registry holds :mod:`.act_resnet`'s classes under the same
 names. With the plain stem both faces have the same state-dict keys.
 """
-from mmdet.models.backbones.resnet import (BasicBlock, Bottleneck, ResNet,
-                                           ResNetV1d)
-from mmdet.models.backbones.resnext import Bottleneck as XBottleneck
-from mmdet.models.backbones.resnext import ResNeXt
 from mmdet.registry import MODELS
 
+from mmact.models.mmdet_support import importing_mmdet_models
 from .act_res_backbone import ActResNetMixin, with_blocks
 from .act_res_block import ActBlockMixin
+
+# mmdet's models import mmcv's compiled ops: where those do not load, the
+# error names this module's components (mmact.models.mmdet_support).
+with importing_mmdet_models(__name__):
+    from mmdet.models.backbones.resnet import (BasicBlock, Bottleneck, ResNet,
+                                               ResNetV1d)
+    from mmdet.models.backbones.resnext import Bottleneck as XBottleneck
+    from mmdet.models.backbones.resnext import ResNeXt
 
 __all__ = [
     'DetActBasicBlock', 'DetActBottleneck', 'DetActResNeXtBottleneck',

@@ -10,11 +10,16 @@ The module imports ``mmcv.ops`` (compiled); it is imported when mmdet's
 ``MODELS`` first looks a name up (:mod:`mmact.registry`), not with
 ``import mmact``.
 """
-from mmcv.ops.carafe import CARAFEPack
 from mmdet.registry import MODELS
 from torch import Tensor
 
+from mmact.models.mmdet_support import importing_mmdet_models
 from mmact.ops.carafe import carafe
+
+# Where mmcv's compiled ops do not load, the error names CARAFEUpsample and
+# how to get them (mmact.models.mmdet_support).
+with importing_mmdet_models(__name__):
+    from mmcv.ops.carafe import CARAFEPack
 
 __all__ = ['CARAFEUpsample']
 

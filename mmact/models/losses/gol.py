@@ -21,11 +21,15 @@ from typing import Dict, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
-from mmdet.models.losses.utils import weight_reduce_loss
 from mmdet.registry import MODELS
 from torch import Tensor
 
 from mmact.datasets.class_counts import image_counts_from_annotations
+from mmact.models.mmdet_support import importing_mmdet_models
+
+# mmdet's models import mmcv's compiled ops (mmact.models.mmdet_support).
+with importing_mmdet_models(__name__):
+    from mmdet.models.losses.utils import weight_reduce_loss
 
 __all__ = ['GOLLoss', 'gumbel_activation', 'gumbel_binary_cross_entropy']
 

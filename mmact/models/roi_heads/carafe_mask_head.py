@@ -1,10 +1,16 @@
 """mmdet's FCN mask head with CARAFE upsampling on every device."""
 from typing import Any
 
-from mmdet.models.roi_heads.mask_heads import FCNMaskHead
 from mmdet.registry import MODELS
 
-from mmact.models.layers.carafe import CARAFEUpsample
+from mmact.models.mmdet_support import importing_mmdet_models
+
+# mmdet's models and CARAFE import mmcv's compiled ops
+# (mmact.models.mmdet_support).
+with importing_mmdet_models(__name__):
+    from mmdet.models.roi_heads.mask_heads import FCNMaskHead
+
+    from mmact.models.layers.carafe import CARAFEUpsample
 
 __all__ = ['CARAFEMaskHead']
 

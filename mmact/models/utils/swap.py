@@ -20,7 +20,7 @@ gives every position its own parameters. Two ways to untie them:
 - Use ``ActResNet`` directly, which builds one module per position.
 """
 import copy
-import importlib
+import sys
 from fnmatch import fnmatch
 from typing import (Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Type, Union)
@@ -61,13 +61,18 @@ def known_shared_activations() -> Dict[type, Tuple[str, int]]:
     """Block classes of mmdet and mmpretrain whose one activation module is
     called at several positions.
 
+    Only the classes of modules already imported: a model can hold a block
+    only once its module is imported, and mmdet's models cannot be imported
+    where mmcv's compiled ops do not load.
+
     Returns:
         dict: ``{block_class: (attribute, number_of_call_sites)}``.
     """
     table = {}
     for module_name, cls_name, attr, sites in _KNOWN_SHARED:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-        table[cls] = (attr, sites)
+        module = sys.modules.get(module_name)
+        if module is not None:
+            table[getattr(module, cls_name)] = (attr, sites)
     return table
 
 
