@@ -118,3 +118,12 @@ def torch_calls():
     """``with torch_calls() as calls:`` (or ``torch_calls(within=...)``):
     the kernels and torch ops the block ran (:class:`Calls`)."""
     return Calls
+
+
+def pytest_configure(config):
+    """The Triton cases under ``TRITON_INTERPRET=1`` on Triton 3.0 to 3.7
+    with numpy >= 2.4: the interpreter's scalar ``__index__`` squeezed, as
+    Triton 3.8 does (:mod:`mmact.testing.triton_interpreter`); nothing
+    elsewhere."""
+    from mmact.testing.triton_interpreter import patch_scalar_index
+    patch_scalar_index()
