@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -206,7 +207,10 @@ def check_python_module(module: str, argv: List[str], monkeypatch) -> None:
     monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', intercept)
     monkeypatch.setattr(sys, 'argv', [module, *argv])
     try:
-        runpy.run_module(module, run_name='__main__')
+        with warnings.catch_warnings():  # mmact imported it already
+            warnings.filterwarnings(
+                'ignore', 'found in sys.modules', category=RuntimeWarning)
+            runpy.run_module(module, run_name='__main__')
     except _Parsed:
         return
     except SystemExit as error:
