@@ -93,7 +93,8 @@ def test_rows_agree(name, dtype, params_of, mmact_ops):
         go = randn(*x.shape, seed=5).to(dtype)
         with mmact_ops() as ran:
             got = run(name, x, k, lam, dim, go)
-        assert ran == [f'mmact::{name}', f'mmact::{name}_backward'], what
+        # the operator (again below autograd: its CUDA kernel), its backward
+        assert set(ran) == {f'mmact::{name}', f'mmact::{name}_backward'}, what
         want = run(name, x.double(), k.double(), lam.double(), dim,
                    go.double())
         assert got[0].dtype == got[1].dtype == dtype
