@@ -79,10 +79,12 @@ class Calls:
     called outside them that do more than allocate, outermost only (an
     op's own sub-ops, and what Triton's interpreter runs inside a kernel,
     are not counted); with ``within``, only those inside the named ranges
-    (an autograd node's backward: ``'FusedFunctionBackward'``)."""
+    (an autograd node's backward: ``'FusedFunctionBackward'``); with
+    ``skip``, none inside the named ranges (FleS's MLP: ``'fles.mlp'``)."""
 
-    def __init__(self, within=None) -> None:
+    def __init__(self, within=None, skip=()) -> None:
         self.within = within
+        self.skip = skip
         self.kernels: List[str] = []
         self.ops: List[str] = []
 
@@ -105,7 +107,8 @@ class Calls:
         inside = self.within is None
         parent = event.cpu_parent
         while parent is not None:
-            if parent.name.startswith(('aten::', 'triton::')):
+            if (parent.name.startswith(('aten::', 'triton::'))
+                    or parent.name in self.skip):
                 return False
             if self.within is not None and parent.name in self.within:
                 inside = True

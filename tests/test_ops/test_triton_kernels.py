@@ -19,7 +19,7 @@ from mmact.compat import triton_interpreter_available, triton_version
 HERE = Path(__file__).resolve().parent
 CASES = [
     'test_apa/triton_cases.py', 'test_apa/triton_glue_cases.py',
-    'test_fles/triton_cases.py'
+    'test_fles/triton_cases.py', 'test_fles/triton_glue_cases.py'
 ]
 
 
@@ -170,7 +170,8 @@ def test_apa_kernels_compile(axis, per_channel, rebuild):
             S='i32',
             C='i32',
             part_stride='i32',
-            n_programs='i32'),
+            n_programs='i32',
+            iters='i32'),
         dict(
             K_PER_CHANNEL=not per_channel,
             L_PER_CHANNEL=True,

@@ -58,6 +58,15 @@ MLP_LAYOUTS = {'shared': fles_shared_mlp_scales, 'separate': fles_mlp_scales}
 #: A gate value above this is in the saturation regime (FleS App. E.1).
 SATURATION_THRESHOLD = 0.9
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _computed(x: Tensor) -> Tensor:
+    """``x`` in the dtype the composite paths compute in (float32 for
+    half)."""
+    return x.float() if x.dtype in _HALF else x
+
+
 # The attributes a layer's calls follow from (set at construction; setting
 # one later drops the operator windows remembered per input shape).
 _CALL_CONFIG = frozenset({
@@ -418,16 +427,12 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             if y is not None:
                 return y
         xc, layout = self._channels_first(x, hw_shape)
-        in_dtype = x.dtype
-        low_precision = in_dtype in (torch.float16, torch.bfloat16)
         device_type = x.device.type
+        # the scales stay float32 under autocast; a half map is handed to
+        # the op as it is (computed in float32, saved in its dtype)
         with (torch.autocast(device_type=device_type, enabled=False)
               if autocast_may_apply(device_type) else nullcontext()):
-            if low_precision:
-                xc = xc.float()
             y = self._fles(xc, remember=layout == 'nchw' and hw_shape is None)
-            if low_precision:
-                y = y.to(in_dtype)
 
         if layout == 'nhwc':
             return y.permute(0, 2, 3, 1)
@@ -507,7 +512,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
             saturation=float((rho > SATURATION_THRESHOLD).float().mean()))
 
     def _mlp_params(self, x: Tensor) -> list:
-        dtype = x.dtype
+        # the MLP runs in float32 for half maps
+        dtype = torch.float32 if x.dtype in _HALF else x.dtype
         return [
             p if p.dtype == dtype else p.to(dtype)
             for p in (self.fc1_weight, self.fc1_bias, self.fc2_weight,
@@ -517,16 +523,20 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
     def _indicator_kwargs(self, x: Tensor) -> dict:
         gamma = beta = None
         if self.indicator == 'softplus':
-            gamma, beta = self.ind_gamma.to(x.dtype), self.ind_beta.to(x.dtype)
+            dtype = torch.float32 if x.dtype in _HALF else x.dtype
+            gamma, beta = self.ind_gamma.to(dtype), self.ind_beta.to(dtype)
         return dict(mode=self.indicator, gamma=gamma, beta=beta, eta=self.eta)
 
     def _fles(self, x: Tensor, remember: bool = False) -> Tensor:
         """FleS on an ``(N, C, H, W)`` map; ``remember``: ``x`` is the
-        layer's own input, whose shape :meth:`forward` may remember."""
+        layer's own input, whose shape :meth:`forward` may remember. A half
+        map goes to the fused op as it is; the composite paths compute in
+        float32."""
         if self.proto:
-            k_ve, k_ho = fles_proto_scales(x, self.proto_alpha.float(),
+            xf = _computed(x)
+            k_ve, k_ho = fles_proto_scales(xf, self.proto_alpha.float(),
                                            self.proto_gamma.float())
-            return fles_apply(x, k_ve, k_ho, self.gate)
+            return fles_apply(xf, k_ve, k_ho, self.gate).to(x.dtype)
         h, w = x.shape[-2:]
         geom = self._geometry(h, w)
         if geom.clamped and not self._warned_clamp:
@@ -546,7 +556,8 @@ class FleS(LearnableActivation, LazyModuleMixin, BaseModule):
                                                self.indicator,
                                                kwargs['scale_fn'], params)
             return fles_fused(x, geom, params, **kwargs)
-        return fles_reference(x, geom, params, **kwargs)
+        return fles_reference(_computed(x), geom, params,
+                              **kwargs).to(x.dtype)
 
     def extra_repr(self) -> str:
         window = (f'window_grid={self.window_grid}'

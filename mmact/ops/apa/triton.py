@@ -330,8 +330,10 @@ def _backward_entry(name: str, x: Tensor, kappa: Tensor, lam: Tensor,
             NEED_L=need_l,
             BLOCK_S=max(4096 // block_c, 1),
             BLOCK_C=block_c))
+    iters = _cdiv(_cdiv(plan.C, block_c), n_programs)
     return _Backward(grads, grads_ints, params,
-                     (S, plan.C, S * plan.C, n_programs), 2 * S * plan.C)
+                     (S, plan.C, S * plan.C, n_programs, iters),
+                     2 * S * plan.C)
 
 
 def _launch_backward(entry: _Backward, x: Tensor, grad_out: Tensor,

@@ -76,9 +76,10 @@ def _params(pid, P, Q, C, n_q, n_groups, k_ptr, l_ptr, lambda_min,
             CHANNEL_AXIS: tl.constexpr, BLOCK_P: tl.constexpr,
             BLOCK_Q: tl.constexpr, WIDE: tl.constexpr):
     """Where a program starts and its (k, 1/l, ln l) (``l`` clamped),
-    broadcastable over a tile: program ``pid`` owns tile row ``pid // n_groups`` and tile
-    columns ``group * iters ...`` (``CHANNEL_AXIS=0``), or tile column
-    ``pid % n_q`` and tile rows ``group * iters ...`` (``CHANNEL_AXIS=1``).
+    broadcastable over a tile: program ``pid`` owns tile row
+    ``pid // n_groups`` and tile columns ``group * iters ...``
+    (``CHANNEL_AXIS=0``), or tile column ``pid % n_q`` and tile rows
+    ``group * iters ...`` (``CHANNEL_AXIS=1``).
     """
     if WIDE:
         pid = pid.to(tl.int64)
@@ -264,7 +265,7 @@ def eta_bwd_kernel(x_ptr, go_ptr, gx_ptr, k_ptr, l_ptr, lambda_min, part_ptr,
 
 @triton.jit
 def eta_param_grad_kernel(part_ptr, l_ptr, k_out_ptr, l_out_ptr, lambda_min,
-                          S, C, part_stride, n_programs,
+                          S, C, part_stride, n_programs, iters,
                           K_PER_CHANNEL: tl.constexpr,
                           L_PER_CHANNEL: tl.constexpr, NEED_K: tl.constexpr,
                           NEED_L: tl.constexpr, BLOCK_S: tl.constexpr,
@@ -274,13 +275,15 @@ def eta_param_grad_kernel(part_ptr, l_ptr, k_out_ptr, l_out_ptr, lambda_min,
     ``gl_c = sum_s part[S + s, c] / l_c^2`` (``l`` clamped); a per-channel
     parameter gets them as they are, a shared one their sum over the
     channels (then ``n_programs`` is 1 and the program walks every
-    channel block); lambda's is zero where ``lambda <= lambda_min``.
-    Written in each output's dtype."""
+    channel block: ``iters`` blocks a program); lambda's is zero where
+    ``lambda <= lambda_min``. Written in each output's dtype."""
     pid = tl.program_id(0)
     sum_k = 0.0
     sum_l = 0.0
-    for c0 in range(pid * BLOCK_C, C, n_programs * BLOCK_C):
-        c = c0 + tl.arange(0, BLOCK_C)
+    # the trip count is an argument: Triton 3.6's interpreter cannot take
+    # a loop bound computed from the program id
+    for i in range(iters):
+        c = (pid + i * n_programs) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_mask = c < C
         acc_k = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)
         acc_l = tl.zeros((BLOCK_S, BLOCK_C), dtype=tl.float32)

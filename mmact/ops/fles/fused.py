@@ -121,8 +121,18 @@ def _fles_forward(x: Tensor,
     return out.view_as(x), ind, count, vjp
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _float(x: Tensor) -> Tensor:
+    """``x`` in float32 where it is half: the torch and C passes compute in
+    their input's dtype (a transient copy; ``x`` itself is saved)."""
+    return x.float() if x.dtype in _HALF else x
+
+
 class _FleSFunction(torch.autograd.Function):
-    """Fused FleS: forward and backward save only ``x`` (plus tiny tensors).
+    """Fused FleS: forward and backward save only ``x`` (plus tiny tensors),
+    in its own dtype; a half ``x`` is computed in float32.
 
     See the module docstring for the method.
     """
@@ -132,9 +142,9 @@ class _FleSFunction(torch.autograd.Function):
                 eta: float, scale_fn: ScaleFn, block: int, plan: Plan,
                 gamma: Optional[Tensor], beta: Optional[Tensor], *params:
                 Tensor) -> Tensor:
-        out, ind, count, ctx.vjp = _fles_forward(x, geom, gate, mode, eta,
-                                                 scale_fn, block, plan, gamma,
-                                                 beta, params, True)
+        out, ind, count, ctx.vjp = _fles_forward(_float(x), geom, gate, mode,
+                                                 eta, scale_fn, block, plan,
+                                                 gamma, beta, params, True)
         ctx.geom, ctx.gate, ctx.mode, ctx.eta = geom, gate, mode, eta
         ctx.op = 'fles_fused'
         ctx.block, ctx.plan = block, plan
@@ -142,7 +152,7 @@ class _FleSFunction(torch.autograd.Function):
         extra = [gamma, beta] if gamma is not None else []
         # the parameters for their version check: the VJP holds their values
         ctx.save_for_backward(x, ind, count, *extra, *params)
-        return out
+        return out.to(x.dtype)
 
     @staticmethod
     @differentiable_once
@@ -152,10 +162,12 @@ class _FleSFunction(torch.autograd.Function):
         if ctx.has_gamma:
             gamma, beta, *rest = rest
         geom, block = ctx.geom, ctx.block
+        dtype = x.dtype
+        x = _float(x)
         n, c, h, w = x.shape
         planes = n * c
         xf = x.reshape(planes, h, w)
-        gf = grad_out.contiguous().reshape(planes, h, w)
+        gf = _float(grad_out).contiguous().reshape(planes, h, w)
         plan = ctx.plan
         k_ve, k_ho, scales_backward = ctx.vjp
         kv = k_ve.reshape(planes, *geom.grid)
@@ -184,8 +196,8 @@ class _FleSFunction(torch.autograd.Function):
                                                       ctx.mode, ctx.eta, n,
                                                       gamma, beta, block,
                                                       grad_x)
-        return (grad_x.view_as(x), None, None, None, None, None, None, None,
-                g_gamma, g_beta, *param_grads)
+        return (grad_x.view_as(x).to(dtype), None, None, None, None, None,
+                None, None, g_gamma, g_beta, *param_grads)
 
 
 def fles_fused(x: Tensor,
@@ -202,8 +214,11 @@ def fles_fused(x: Tensor,
 
     Same result as :func:`~mmact.ops.fles.fles_reference` (up to rounding);
     saves only ``x`` for backward (plus the tiny indicator grid and
-    parameters). Its fused rows are not twice differentiable: the
-    composite is (``mmact.ops.backends.using(composite=True)``).
+    parameters), in its own dtype: a float16 / bfloat16 ``x`` is computed
+    in float32 (the Triton kernels read it as it is; the other rows work on
+    a float32 copy) and the result returned in its dtype. Its fused rows
+    are not twice differentiable: the composite is
+    (``mmact.ops.backends.using(composite=True)``).
 
     Args:
         x: ``(N, C, H, W)``.
@@ -219,17 +234,19 @@ def fles_fused(x: Tensor,
     check_indicator(mode)
     if x.dim() != 4:
         raise ValueError(f'fles_fused expects (N, C, H, W), got {x.shape}')
-    x = x.contiguous()
+    if not x.is_contiguous():
+        x = x.contiguous()
     plan = implementation(x, geom, gate, mode, scale_fn, params)
     if plan.name == 'composite':
-        return fles_reference(x, geom, params, gate, mode, gamma, beta, eta,
-                              scale_fn)
+        return fles_reference(_float(x), geom, params, gate, mode, gamma,
+                              beta, eta, scale_fn).to(x.dtype)
     if plan.name == 'operator':
         return plan.operator(x, *params, *geom.window, gate, mode, K_HO_MIN)
     if plan.name == 'triton':
         from .triton_path import fles_triton
         return fles_triton(x, geom, params, gate, mode, scale_fn)
-    plane = x.shape[-2] * x.shape[-1] * x.element_size()
+    # blocks of the float32 copy of a half map
+    plane = x.shape[-2] * x.shape[-1] * max(x.element_size(), 4)
     block = max(1, block_bytes // max(plane, 1))
     if mode != 'softplus':
         gamma = beta = None
@@ -237,7 +254,8 @@ def fles_fused(x: Tensor,
     if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                             for t in inputs)):
         # Nothing to differentiate (eval, no_grad): no autograd node.
-        return _fles_forward(x, geom, gate, mode, float(eta), scale_fn, block,
-                             plan, gamma, beta, params)[0]
+        return _fles_forward(_float(x), geom, gate, mode, float(eta),
+                             scale_fn, block, plan, gamma, beta,
+                             params)[0].to(x.dtype)
     return _FleSFunction.apply(x, geom, gate, mode, float(eta), scale_fn,
                                block, plan, gamma, beta, *params)

@@ -9,14 +9,21 @@ sums are column sums followed by a segment sum, with no atomics.
 
 Passes (``u = c k_ho x``, ``rho`` the gate, ``rho'`` its derivative in u):
 
-* stats: window sums of ``relu(x)`` and counts of ``x >= 0`` (positive
-  indicator) or sums of ``x`` (mean);
+* stats: the indicator ``ind = sum / count`` per window and its divisor
+  ``count``: sums of ``relu(x)`` over ``max(count(x >= 0), 1)`` (positive
+  indicator) or sums of ``x`` over the window's pixels (mean);
 * apply: ``y = k_ve rho(u) x``;
-* gate sums: window sums of ``g x rho(u)`` and ``g x^2 rho'(u)`` (the
-  scale gradients, before the MLP backward);
-* input gradient: ``g k_ve (rho(u) + u rho'(u)) + f'(x) q`` with ``q`` the
-  indicator gradient over the window's count (``f'`` = step for positive,
-  1 for mean): the gate and indicator paths in one pass.
+* gate sums: window sums of ``g x rho(u)`` (``k_ve``'s gradient) and of
+  ``g x^2 rho'(u)`` times ``k_ve c`` (``k_ho``'s), the gradients the scale
+  MLP's backward takes;
+* input gradient: ``g k_ve (rho(u) + u rho'(u)) + f'(x) q`` with
+  ``q = g_ind / count`` (``g_ind`` the indicator's gradient; ``f'`` = step
+  for positive, 1 for mean): the gate and indicator paths in one pass.
+
+Per-window tensors (indicator, count, scales, gradients) are contiguous
+float32 ``(planes, nh, nw)`` grids; maps are read in any float dtype and
+computed in float32. No torch op runs between the passes but the scale
+MLP.
 """
 import triton
 import triton.language as tl
@@ -72,15 +79,16 @@ def _band(pid, H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W: tl.constexpr):
 
 
 @triton.jit
-def _store_window_sums(ptr, colsum, local, plane, gr, cb, kw, nh, nw, wpb,
-                       BLOCK_NW: tl.constexpr):
-    """Add columns up per window and store the block's windows."""
+def _window_sums(colsum, local, plane, gr, cb, kw, nh, nw, wpb,
+                 BLOCK_NW: tl.constexpr):
+    """Columns added up per window: the block's window sums, their flat
+    grid index and mask."""
     j = tl.arange(0, BLOCK_NW)
     onehot = (local // kw)[:, None] == j[None, :]
     sums = tl.sum(tl.where(onehot, colsum[:, None], 0.0), axis=0)
     wcol = cb * wpb + j
     at = plane.to(tl.int64) * (nh * nw) + gr * nw + wcol
-    tl.store(ptr + at, sums, mask=(j < wpb) & (wcol < nw))
+    return sums, at, (j < wpb) & (wcol < nw)
 
 
 @triton.jit
@@ -92,10 +100,11 @@ def _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R: tl.constexpr):
 
 
 @triton.jit
-def fles_stats_kernel(x_ptr, sums_ptr, count_ptr, H, W, kh, kw, nh, nw, n_cb,
+def fles_stats_kernel(x_ptr, ind_ptr, count_ptr, H, W, kh, kw, nh, nw, n_cb,
                       CW, wpb, POSITIVE: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_W: tl.constexpr, BLOCK_NW: tl.constexpr):
-    """Window sums of relu(x) and counts of x >= 0, or sums of x."""
+    """The indicator and its divisor per window: sums of relu(x) over
+    ``max(count(x >= 0), 1)``, or sums of x over the window's pixels."""
     plane, gr, cb, rows, base, col, col_mask, local, win = _band(
         tl.program_id(0), H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W)
     acc = tl.zeros((BLOCK_R, BLOCK_W), dtype=tl.float32)
@@ -108,11 +117,15 @@ def fles_stats_kernel(x_ptr, sums_ptr, count_ptr, H, W, kh, kw, nh, nw, n_cb,
             cnt += tl.where(mask & (x >= 0.0), 1.0, 0.0)
         else:
             acc += x
-    _store_window_sums(sums_ptr, tl.sum(acc, axis=0), local, plane, gr, cb, kw,
-                       nh, nw, wpb, BLOCK_NW)
-    if POSITIVE:
-        _store_window_sums(count_ptr, tl.sum(cnt, axis=0), local, plane, gr,
-                           cb, kw, nh, nw, wpb, BLOCK_NW)
+            cnt += tl.where(mask, 1.0, 0.0)
+    sums, at, w_mask = _window_sums(
+        tl.sum(acc, axis=0), local, plane, gr, cb, kw, nh, nw, wpb, BLOCK_NW)
+    count = _window_sums(
+        tl.sum(cnt, axis=0), local, plane, gr, cb, kw, nh, nw, wpb,
+        BLOCK_NW)[0]
+    count = tl.maximum(count, 1.0)
+    tl.store(ind_ptr + at, sums / count, mask=w_mask)
+    tl.store(count_ptr + at, count, mask=w_mask)
 
 
 @triton.jit
@@ -139,7 +152,8 @@ def fles_gate_sums_kernel(x_ptr, g_ptr, kv_ptr, ko_ptr, s_ve_ptr, s_ho_ptr,
                           cst, H, W, kh, kw, nh, nw, n_cb, CW, wpb,
                           GATE: tl.constexpr, BLOCK_R: tl.constexpr,
                           BLOCK_W: tl.constexpr, BLOCK_NW: tl.constexpr):
-    """Window sums of ``g x rho(u)`` and ``g x^2 rho'(u)``."""
+    """Window sums of ``g x rho(u)`` and of ``g x^2 rho'(u)`` times the
+    window's ``k_ve c``."""
     plane, gr, cb, rows, base, col, col_mask, local, win = _band(
         tl.program_id(0), H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W)
     ko = (tl.load(ko_ptr + win, mask=col_mask, other=1.0) * cst)[None, :]
@@ -153,24 +167,32 @@ def fles_gate_sums_kernel(x_ptr, g_ptr, kv_ptr, ko_ptr, s_ve_ptr, s_ho_ptr,
         gx = g * x  # masked lanes: 0
         acc_ve += gx * rho
         acc_ho += gx * x * drho
-    _store_window_sums(s_ve_ptr, tl.sum(acc_ve, axis=0), local, plane, gr, cb,
-                       kw, nh, nw, wpb, BLOCK_NW)
-    _store_window_sums(s_ho_ptr, tl.sum(acc_ho, axis=0), local, plane, gr, cb,
-                       kw, nh, nw, wpb, BLOCK_NW)
+    s_ve, at, w_mask = _window_sums(
+        tl.sum(acc_ve, axis=0), local, plane, gr, cb, kw, nh, nw, wpb,
+        BLOCK_NW)
+    tl.store(s_ve_ptr + at, s_ve, mask=w_mask)
+    s_ho = _window_sums(
+        tl.sum(acc_ho, axis=0), local, plane, gr, cb, kw, nh, nw, wpb,
+        BLOCK_NW)[0]
+    # d y / d k_ho = k_ve c x^2 rho'(u): the window's k_ve and c after the sum
+    kv_w = tl.load(kv_ptr + at, mask=w_mask, other=0.0)
+    tl.store(s_ho_ptr + at, s_ho * kv_w * cst, mask=w_mask)
 
 
 @triton.jit
-def fles_grad_kernel(x_ptr, g_ptr, gx_ptr, kv_ptr, ko_ptr, q_ptr, cst, H, W,
+def fles_grad_kernel(x_ptr, g_ptr, gx_ptr, kv_ptr, ko_ptr, gi_ptr, count_ptr,
+                     cst, H, W,
                      kh, kw, nh, nw, n_cb, CW, GATE: tl.constexpr,
                      POSITIVE: tl.constexpr, BLOCK_R: tl.constexpr,
                      BLOCK_W: tl.constexpr):
-    """``gx = g k_ve (rho(u) + u rho'(u)) + f'(x) q`` (gate and indicator
-    paths together)."""
+    """``gx = g k_ve (rho(u) + u rho'(u)) + f'(x) q``, ``q = g_ind /
+    count`` (gate and indicator paths together)."""
     plane, gr, cb, rows, base, col, col_mask, local, win = _band(
         tl.program_id(0), H, W, kh, kw, nh, nw, n_cb, CW, BLOCK_W)
     kv = tl.load(kv_ptr + win, mask=col_mask, other=0.0)[None, :]
     ko = (tl.load(ko_ptr + win, mask=col_mask, other=1.0) * cst)[None, :]
-    q = tl.load(q_ptr + win, mask=col_mask, other=0.0)[None, :]
+    q = (tl.load(gi_ptr + win, mask=col_mask, other=0.0) /
+         tl.load(count_ptr + win, mask=col_mask, other=1.0))[None, :]
     for r0 in range(0, rows, BLOCK_R):
         offs, mask = _rows_block(r0, rows, base, W, col, col_mask, BLOCK_R)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)

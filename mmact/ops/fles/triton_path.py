@@ -6,21 +6,27 @@ Called by :func:`mmact.ops.fles.fles_fused` when its table
 other configurations (overlapping windows, the softplus and quasi-linear
 indicators) keep the torch path. Four passes over the pixels per training
 step, two of them in backward (see :mod:`.triton_kernels`); the scale MLP on
-the window grid runs in torch and is re-run in backward, so only ``x`` is
-saved. Indicators and scales are float32 whatever the input dtype. The
-forward and the backward are the profiler ranges ``mmact::triton_fles`` and
-``mmact::triton_fles_backward`` (:mod:`mmact.ops.profiling`).
+the window grid runs in torch (the ``fles.mlp`` profiler range) and is
+re-run in backward, so only ``x`` is saved, in its own dtype. Indicators and
+scales are float32 whatever the input dtype. Between the passes no torch op
+runs but the MLP and the allocations of the outputs; the passes' launches
+are planned once per input shape, dtype and configuration
+(:class:`~mmact.ops.triton_launch.Launch`). Where no gradient is wanted no
+autograd node is recorded. The forward and the backward are the profiler
+ranges ``mmact::triton_fles`` and ``mmact::triton_fles_backward``
+(:mod:`mmact.ops.profiling`).
 """
 import functools
-from typing import NamedTuple, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..profiling import labelled
+from ..profiling import label, labelled
 from ..second_derivative import differentiable_once
+from ..triton_launch import Launch, aligned
 from .gates import GATES
-from .geometry import WindowGeometry, window_area
+from .geometry import WindowGeometry
 from .scales import ScaleFn, scales_vjp
 
 __all__ = ['supported', 'fles_triton']
@@ -69,127 +75,124 @@ def _kernels():
     return fles_kernels
 
 
-@functools.lru_cache(maxsize=64)
-def _area(geom: WindowGeometry, device: torch.device) -> Tensor:
-    return window_area(geom, device, torch.float32)
+class _Launches(NamedTuple):
+    """The four passes of one input shape, dtype and configuration."""
+    stats: Launch
+    apply: Launch
+    gate_sums: Launch
+    grad: Launch
 
 
-def _stats(xf: Tensor, geom: WindowGeometry, mode: str,
-           bands: _Bands) -> Tuple[Tensor, Tensor]:
-    """Indicator ``(planes, nh, nw)`` and its divisor (float32)."""
-    planes = xf.shape[0]
-    sums = xf.new_empty(planes, *geom.grid, dtype=torch.float32)
-    positive = mode == 'positive'
-    count = torch.empty_like(sums) if positive else _area(geom, xf.device)
-    _kernels().fles_stats_kernel[(planes * bands.programs_per_plane, )](
-        xf,
-        sums,
-        count if positive else sums,
-        *bands.args,
-        bands.wpb,
-        POSITIVE=positive,
-        BLOCK_R=bands.block_r,
-        BLOCK_W=bands.block_w,
-        BLOCK_NW=bands.block_nw)
-    if positive:
-        count.clamp_(min=1.0)
-    return sums.div_(count), count
+def _launches(geom: WindowGeometry, gate: str, mode: str,
+              planes: int) -> _Launches:
+    bands = _bands(geom)
+    grid = (planes * bands.programs_per_plane, )
+    kernels = _kernels()
+    code = _GATES[gate][0]
+    blocks = dict(BLOCK_R=bands.block_r, BLOCK_W=bands.block_w)
+    sums = dict(blocks, BLOCK_NW=bands.block_nw)
+    return _Launches(
+        Launch(kernels.fles_stats_kernel, grid,
+               dict(sums, POSITIVE=mode == 'positive')),
+        Launch(kernels.fles_apply_kernel, grid, dict(blocks, GATE=code)),
+        Launch(kernels.fles_gate_sums_kernel, grid, dict(sums, GATE=code)),
+        Launch(kernels.fles_grad_kernel, grid,
+               dict(blocks, GATE=code, POSITIVE=mode == 'positive')))
 
 
-def _scales(scale_fn: ScaleFn, ind: Tensor, params: Sequence[Tensor]):
-    dtype = params[0].dtype if params else ind.dtype
-    k_ve, k_ho = scale_fn(ind.to(dtype), *params)
-    return k_ve, k_ho
+# Launches per (input shape, dtypes, device, alignment, window grid, gate,
+# indicator): everything the kernels are specialized on.
+_CACHE_SIZE = 256
+_LAUNCHES: dict = {}
 
 
-def _f32(t: Tensor, planes: int, geom: WindowGeometry) -> Tensor:
-    return t.detach().reshape(planes,
-                              *geom.grid).to(torch.float32).contiguous()
+def _planned(x: Tensor, grad: Optional[Tensor], geom: WindowGeometry,
+             gate: str, mode: str) -> _Launches:
+    key = (x.shape, x.dtype, x.get_device(), aligned(x),
+           None if grad is None else (grad.dtype, aligned(grad)), geom, gate,
+           mode)
+    launches = _LAUNCHES.get(key)
+    if launches is None:
+        if len(_LAUNCHES) >= _CACHE_SIZE:
+            _LAUNCHES.clear()
+        n, c = x.shape[:2]
+        launches = _LAUNCHES[key] = _launches(geom, gate, mode, n * c)
+    return launches
+
+
+def _scales(scale_fn: ScaleFn, ind: Tensor, params: Sequence[Tensor],
+            vjp: bool = False):
+    """``(k_ve, k_ho)`` (and with ``vjp`` the backward of the scales) as
+    the kernels read them: contiguous float32 ``(N, C, nh, nw)`` (the MLP
+    layouts of :mod:`.scales` give them so; another scale function's are
+    converted, as part of it)."""
+    with label('fles.mlp'):
+        dtype = params[0].dtype if params else ind.dtype
+        ind = ind if ind.dtype is dtype else ind.to(dtype)
+        if vjp:
+            k_ve, k_ho, backward = scales_vjp(scale_fn, ind, params)
+        else:
+            (k_ve, k_ho), backward = scale_fn(ind, *params), None
+        return _f32(k_ve), _f32(k_ho), backward
+
+
+def _f32(t: Tensor) -> Tensor:
+    if t.dtype is torch.float32 and t.is_contiguous():
+        return t  # the kernels read the data: no detach
+    return t.detach().to(torch.float32).contiguous()
+
+
+def _forward(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
+             scale_fn: ScaleFn, params: Sequence[Tensor]):
+    """``(y, ind, count)``: the output and what backward needs."""
+    n, c = x.shape[:2]
+    bands = _bands(geom)
+    launches = _planned(x, None, geom, gate, mode)
+    ind = torch.empty((n, c) + geom.grid, dtype=torch.float32,
+                      device=x.device)
+    count = torch.empty_like(ind)
+    launches.stats(x, ind, count, *bands.args, bands.wpb)
+    k_ve, k_ho, _ = _scales(scale_fn, ind, params)
+    y = torch.empty_like(x)
+    launches.apply(x, y, k_ve, k_ho, _GATES[gate][1], *bands.args)
+    return y, ind, count
 
 
 class _FleSTriton(torch.autograd.Function):
     """FleS with Triton pixel passes; saves ``x``, the indicator grid and
-    the parameters."""
+    its divisors, and the parameters."""
 
     @staticmethod
     def forward(ctx, x: Tensor, geom: WindowGeometry, gate: str, mode: str,
                 scale_fn: ScaleFn, *params: Tensor) -> Tensor:
-        n, c, h, w = x.shape
-        planes = n * c
-        xf = x.view(planes, h, w)
-        bands = _bands(geom)
-        ind, count = _stats(xf, geom, mode, bands)
-        k_ve, k_ho = _scales(scale_fn, ind.view(n, c, *geom.grid), params)
-        code, cst = _GATES[gate]
-        y = torch.empty_like(xf)
-        _kernels().fles_apply_kernel[(planes * bands.programs_per_plane, )](
-            xf,
-            y,
-            _f32(k_ve, planes, geom),
-            _f32(k_ho, planes, geom),
-            cst,
-            *bands.args,
-            GATE=code,
-            BLOCK_R=bands.block_r,
-            BLOCK_W=bands.block_w)
+        y, ind, count = _forward(x, geom, gate, mode, scale_fn, params)
         ctx.geom, ctx.gate, ctx.mode, ctx.scale_fn = geom, gate, mode, scale_fn
         ctx.op = 'fles_fused'
         ctx.save_for_backward(x, ind, count, *params)
-        return y.view_as(x)
+        return y
 
     @staticmethod
     @labelled('mmact::triton_fles_backward')
     @differentiable_once
     def backward(ctx, grad_out: Tensor):
         x, ind, count, *params = ctx.saved_tensors
-        geom, (code, cst) = ctx.geom, _GATES[ctx.gate]
-        n, c, h, w = x.shape
-        planes = n * c
-        xf = x.view(planes, h, w)
-        gf = grad_out.contiguous().view(planes, h, w)
+        geom, cst = ctx.geom, _GATES[ctx.gate][1]
+        if not grad_out.is_contiguous():
+            grad_out = grad_out.contiguous()
         bands = _bands(geom)
-        grid = (planes * bands.programs_per_plane, )
-        dtype = params[0].dtype if params else ind.dtype
-        k_ve, k_ho, scales_backward = scales_vjp(
-            ctx.scale_fn,
-            ind.view(n, c, *geom.grid).to(dtype), params)
-        kv, ko = _f32(k_ve, planes, geom), _f32(k_ho, planes, geom)
-        s_ve = torch.empty_like(kv)
-        s_ho = torch.empty_like(kv)
-        _kernels().fles_gate_sums_kernel[grid](
-            xf,
-            gf,
-            kv,
-            ko,
-            s_ve,
-            s_ho,
-            cst,
-            *bands.args,
-            bands.wpb,
-            GATE=code,
-            BLOCK_R=bands.block_r,
-            BLOCK_W=bands.block_w,
-            BLOCK_NW=bands.block_nw)
-        # d y / d k_ve = rho(u) x;  d y / d k_ho = k_ve c x^2 rho'(u)
-        g_ho = s_ho.mul_(kv).mul_(cst)
-        g_ind, *param_grads = scales_backward(s_ve, g_ho)
-        q = (g_ind.reshape(planes, *geom.grid).to(torch.float32) /
-             count).contiguous()
-        grad_x = torch.empty_like(xf)
-        _kernels().fles_grad_kernel[grid](
-            xf,
-            gf,
-            grad_x,
-            kv,
-            ko,
-            q,
-            cst,
-            *bands.args,
-            GATE=code,
-            POSITIVE=ctx.mode == 'positive',
-            BLOCK_R=bands.block_r,
-            BLOCK_W=bands.block_w)
-        return (grad_x.view_as(x), None, None, None, None, *param_grads)
+        launches = _planned(x, grad_out, geom, ctx.gate, ctx.mode)
+        kv, ko, scales_backward = _scales(ctx.scale_fn, ind, params, True)
+        s_ve = torch.empty_like(ind)
+        g_ho = torch.empty_like(ind)
+        launches.gate_sums(x, grad_out, kv, ko, s_ve, g_ho, cst, *bands.args,
+                           bands.wpb)
+        with label('fles.mlp'):
+            g_ind, *param_grads = scales_backward(s_ve, g_ho)
+            g_ind = _f32(g_ind)
+        grad_x = torch.empty_like(x)
+        launches.grad(x, grad_out, grad_x, kv, ko, g_ind, count, cst,
+                      *bands.args)
+        return (grad_x, None, None, None, None, *param_grads)
 
 
 @labelled('mmact::triton_fles')
@@ -198,7 +201,8 @@ def fles_triton(x: Tensor, geom: WindowGeometry, params: Sequence[Tensor],
     """FleS of a contiguous ``(N, C, H, W)`` map on the Triton kernels.
 
     Args:
-        x (Tensor): float32 / float16 / bfloat16 input.
+        x (Tensor): float32 / float16 / bfloat16 input (computed in
+            float32, returned and saved for backward in its dtype).
         geom (WindowGeometry): Tiles or one global window.
         params (Sequence[Tensor]): Passed to ``scale_fn(ind, *params)``.
         gate (str): A gate of :data:`~mmact.ops.fles.FLES_GATES`.
@@ -208,4 +212,7 @@ def fles_triton(x: Tensor, geom: WindowGeometry, params: Sequence[Tensor],
     Returns:
         Tensor: ``k_ve rho(k_ho x) x`` in the dtype of ``x``.
     """
-    return _FleSTriton.apply(x, geom, gate, mode, scale_fn, *params)
+    if torch.is_grad_enabled() and (x.requires_grad or any(
+            p.requires_grad for p in params)):
+        return _FleSTriton.apply(x, geom, gate, mode, scale_fn, *params)
+    return _forward(x, geom, gate, mode, scale_fn, params)[0]

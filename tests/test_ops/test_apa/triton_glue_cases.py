@@ -136,7 +136,8 @@ class SavedBytes:
         return self
 
     def pack(self, t):
-        self.bytes += t.numel() * t.element_size()
+        if not isinstance(t, torch.nn.Parameter):  # kept by the model
+            self.bytes += t.numel() * t.element_size()
         return t
 
     def __exit__(self, *exc):
