@@ -83,7 +83,8 @@ def _compile_triton2(fn, types: dict, constexprs: dict) -> None:
     from triton.compiler import compiler
     from triton.compiler.code_generator import ast_to_ttir
     index = fn.arg_names.index
-    signature = {index(k): v for k, v in types.items()}
+    # in argument order: Triton 2.1 reads the signature in dict order
+    signature = dict(sorted((index(k), v) for k, v in types.items()))
     constants = {index(k): v for k, v in constexprs.items()}
     arch = 90
     module = ast_to_ttir(
@@ -188,11 +189,33 @@ def test_fles_kernels_compile(gate):
     pytest.importorskip('triton')
     from mmact.ops.fles import triton_kernels as kernels
     maps = dict(x_ptr='*bf16', g_ptr='*bf16', gx_ptr='*bf16')
-    windows = dict(kv_ptr='*fp32', ko_ptr='*fp32', q_ptr='*fp32', cst='fp32')
+    grids = dict(kv_ptr='*fp32', ko_ptr='*fp32', cst='fp32')
     geometry = {
         name: 'i32'
         for name in ('H', 'W', 'kh', 'kw', 'nh', 'nw', 'n_cb', 'CW')
     }
+    blocks = dict(BLOCK_R=16, BLOCK_W=128)
     _compile_for_hopper(
-        kernels.fles_grad_kernel, dict(**maps, **windows, **geometry),
-        dict(GATE=gate, POSITIVE=True, BLOCK_R=16, BLOCK_W=128))
+        kernels.fles_grad_kernel,
+        dict(
+            **maps, **grids, gi_ptr='*fp32', count_ptr='*fp32', **geometry),
+        dict(GATE=gate, POSITIVE=True, **blocks))
+    sums = dict(blocks, BLOCK_NW=8)
+    _compile_for_hopper(
+        kernels.fles_gate_sums_kernel,
+        dict(
+            x_ptr='*bf16',
+            g_ptr='*bf16',
+            **grids,
+            s_ve_ptr='*fp32',
+            s_ho_ptr='*fp32',
+            **geometry,
+            wpb='i32'), dict(GATE=gate, **sums))
+    _compile_for_hopper(
+        kernels.fles_stats_kernel,
+        dict(
+            x_ptr='*bf16',
+            ind_ptr='*fp32',
+            count_ptr='*fp32',
+            **geometry,
+            wpb='i32'), dict(POSITIVE=gate == 0, **sums))
