@@ -701,6 +701,7 @@ def _default_files(dataset: dict, cls) -> List[str]:
     return files
 
 
+@pytest.mark.stack_independent  # configs of the pinned mmdet
 def test_every_dataset_layout_is_what_the_configs_read():
     """Each path a page lays out under ``data/`` is one a config reads (or
     an image folder its annotations name); the full layout of
@@ -723,6 +724,7 @@ def test_every_dataset_layout_is_what_the_configs_read():
     assert not absent, f'docs/user_guides/datasets.md omits {absent}'
 
 
+@pytest.mark.stack_independent  # configs of the pinned mmdet
 def test_model_zoo_converts_the_backbones_the_detectors_read(monkeypatch):
     """For each authors' ImageNet model whose backbone a detection config
     initialises from (``init_cfg`` checkpoint ``work_dirs/<config
