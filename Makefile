@@ -76,3 +76,36 @@ env-torch2.1:
 
 test-torch2.1: env-torch2.1
 	.venv-torch2.1/bin/python -m pytest tests $(PYTEST_ARGS) $(TORCH21_PYTEST_ARGS)
+
+# Triton 3.6's interpreter (the Triton of torch 2.11) with .venv's numpy
+# (>= 2.4), where Triton < 3.8 needs mmact.testing.triton_interpreter:
+# Triton 3.6.0 installed beside .venv's, without dependencies, into
+# .triton3.6/ (put first on PYTHONPATH). Runs the patch's own tests and the
+# Triton cases that together run every line and branch of the APA and FleS
+# kernel files in the interpreter, as the whole set of cases does (traced
+# per line pair on Triton 3.6); the whole set runs on Triton 3.8 in
+# `make test`.
+TRITON36_DIR := .triton3.6
+TRITON36_ENV := PYTHONPATH=$(CURDIR)/$(TRITON36_DIR) TRITON_INTERPRET=1 MMACT_TRITON=1 MMACT_TEST_DEVICE=cpu
+APA_CASES := tests/test_ops/test_apa/triton_cases.py
+FLES_CASES := tests/test_ops/test_fles/triton_cases.py
+TRITON36_TESTS := \
+	'$(APA_CASES)::test_nchw_odd_sizes[1-dtype0-apa]' \
+	'$(APA_CASES)::test_channels_last_memory_format[aglu]' \
+	$(APA_CASES)::test_only_some_gradients \
+	'$(APA_CASES)::test_rebuilt_backward[channel-False-nchw-1-1-apa]' \
+	'$(APA_CASES)::test_rebuilt_backward[sample-True-channels_last-1-1-aglu]' \
+	'$(APA_CASES)::test_rebuilt_backward_half_sources[dtype1]' \
+	'$(APA_CASES)::test_rebuilt_backward_partial_sources_and_several_tiles[nchw]' \
+	'$(FLES_CASES)::test_mean_indicator_global_window_dtypes[dtype1]' \
+	'$(FLES_CASES)::test_gates_on_odd_tiles[sigmoid]' \
+	$(FLES_CASES)::test_extreme_inputs \
+	tests/test_testing/test_triton_interpreter.py
+
+.PHONY: test-triton3.6
+test-triton3.6: env
+	@[ -f $(TRITON36_DIR)/.complete ] || { rm -rf $(TRITON36_DIR) && \
+		$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-deps \
+		--target $(TRITON36_DIR) triton==3.6.0 && touch $(TRITON36_DIR)/.complete; }
+	$(TRITON36_ENV) $(PYTHON) -c 'import sys, triton; print("Triton", triton.__version__, "from", triton.__file__); sys.exit(triton.__version__ != "3.6.0")'
+	$(TRITON36_ENV) $(PYTHON) -m pytest -p no:cacheprovider -q --durations=5 $(TRITON36_TESTS)
