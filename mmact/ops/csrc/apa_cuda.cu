@@ -97,7 +97,8 @@ int multiprocessors(int device) {
   return sms;
 }
 
-// The plan of a dense tensor x with parameters along dim (-1: shared).
+// The plan of a dense tensor x of at least one value with parameters along
+// dim (-1: shared).
 Plan make_plan(const at::Tensor& x, int64_t dim, int64_t rows_per_sample) {
   Plan p{};
   const int64_t n = x.numel();
@@ -442,6 +443,15 @@ at::Tensor forward_cuda(const at::Tensor& x_in, const at::Tensor& kappa,
   return y;
 }
 
+// The gradients of an empty input: grad_x and zeros for the parameters.
+Grads empty_grads(const at::Tensor& x, const at::Tensor& kappa,
+                  const at::Tensor& lambda, bool need_k, bool need_l) {
+  const auto floats = x.options().dtype(at::kFloat);
+  return {at::empty_like(x),
+          need_k ? at::zeros(kappa.sizes(), floats) : at::Tensor(),
+          need_l ? at::zeros(lambda.sizes(), floats) : at::Tensor()};
+}
+
 // The backward launches on x (or the sources) laid out for plan p: grad_x
 // into gx (may be undefined: not wanted) and the gradients of the raw
 // parameters where wanted (P values: C when either is per channel).
@@ -455,10 +465,6 @@ Grads launch_backward(const at::Tensor& x, const at::Tensor& go,
   const bool need_params = need_k || need_l;
   const int64_t P = per_channel ? p.C : 1;
   const auto floats = x.options().dtype(at::kFloat);
-  if (x.numel() == 0) {
-    return {gx, need_k ? at::zeros(kappa.sizes(), floats) : at::Tensor(),
-            need_l ? at::zeros(lambda.sizes(), floats) : at::Tensor()};
-  }
   at::Tensor part, gk, gl;
   if (need_params) part = at::empty({2 * p.C * p.S}, floats);
   if (need_k) gk = at::empty({P}, floats);
@@ -501,6 +507,9 @@ Grads backward_cuda(const at::Tensor& grad_out, const at::Tensor& x_in,
               grad_out.device(), ", x ", x_in.sizes(), " on ", x_in.device());
   const int64_t dim = mmact::channel_axis(x_in, kappa, lambda, channel_dim);
   const c10::cuda::CUDAGuard guard(x_in.device());
+  if (x_in.numel() == 0) {
+    return empty_grads(x_in, kappa, lambda, need_kappa, need_lambda);
+  }
   const at::Tensor x = dense(x_in);
   const at::Tensor go = laid_out_as(grad_out, x);
   const Plan p = make_plan(x, dim, 1);
@@ -561,6 +570,9 @@ Grads backward_rebuilt_cuda(const at::Tensor& grad_out,
       shift.defined() ? shift.numel() : 0, ", other_scale ",
       other_scale.defined() ? other_scale.numel() : 0, "; expected C=", C,
       " each (scale also N*C=", N * C, ")");
+  if (src_in.numel() == 0) {
+    return empty_grads(src_in, kappa, lambda, need_kappa, need_lambda);
+  }
   const at::Tensor src = dense(src_in);
   const bool per_channel = kappa.numel() > 1 || lambda.numel() > 1;
   // per-sample scales are indexed by row: samples outermost, C > 1

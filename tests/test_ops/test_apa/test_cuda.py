@@ -166,10 +166,16 @@ def test_eval_records_no_node_and_empty_input():
     k, lam = params(4)
     with torch.no_grad():
         assert aglu(randn(2, 4, 3).requires_grad_(), k, lam).grad_fn is None
-    empty = torch.empty(0, 4, 3, device='cuda', requires_grad=True)
-    y = aglu(empty, k.requires_grad_(), lam)
-    y.sum().backward()
-    assert y.shape == empty.shape and not k.grad.any()
+    for kk, ll in ((k, lam), (k[:1], lam[:1])):
+        empty = torch.empty(0, 4, 3, device='cuda', requires_grad=True)
+        kk = kk.detach().requires_grad_()
+        y = aglu(empty, kk, ll)
+        y.sum().backward()
+        assert y.shape == empty.shape and not kk.grad.any()
+    sources = (torch.empty(0, 4, 5, 5, device='cuda'), None, None, None, None)
+    got = rebuilt_backward('aglu', sources[0], k[:1].requires_grad_(),
+                           lam[:1], LAMBDA_MIN, 1, *sources)
+    assert got[0].shape == sources[0].shape and not got[1].any()
 
 
 def test_current_stream_and_device():
