@@ -59,13 +59,16 @@ from .cpu_build import (CSRC, build_lock, default_cache_dir, load_extension,
                         read_source, torch_identity)
 
 __all__ = [
-    'SOURCE', 'Toolkit', 'find_toolkit', 'check_toolkit', 'parse_arch',
-    'local_archs', 'nvcc_archs', 'nvcc_flags', 'build_key', 'covers',
-    'build_library', 'library', 'main'
+    'SOURCE', 'SOURCES', 'Toolkit', 'find_toolkit', 'check_toolkit',
+    'parse_arch', 'local_archs', 'nvcc_archs', 'nvcc_flags', 'build_key',
+    'covers', 'build_library', 'library', 'main'
 ]
 
-#: The CUDA translation unit, in :data:`mmact.ops.cpu_build.CSRC`.
+#: The CUDA translation unit of APA / AGLU, in
+#: :data:`mmact.ops.cpu_build.CSRC`.
 SOURCE = 'apa_cuda.cu'
+#: Every CUDA translation unit of the library (FleS's pixel passes too).
+SOURCES = (SOURCE, 'fles_cuda.cu')
 _STEM = 'mmact_cuda'
 _RELEASE = re.compile(r'release (\d+)\.(\d+)')
 _NVCC_PATH = re.compile(r'(/[^\s"\'`;|&]+)/bin/nvcc\b')
@@ -297,7 +300,7 @@ def _includes(source_dir: str) -> List[str]:
 def build_library(archs: Optional[Sequence[Tuple[int, int]]] = None,
                   cache_dir: Optional[str] = None,
                   source_dir: str = CSRC) -> str:
-    """Compile :data:`SOURCE` with nvcc unless the cache holds a build of
+    """Compile :data:`SOURCES` with nvcc unless the cache holds a build of
     the same key that covers ``archs``; returns the library's path (not
     loaded: :func:`library` loads it).
 
@@ -315,7 +318,8 @@ def build_library(archs: Optional[Sequence[Tuple[int, int]]] = None,
     toolkit = find_toolkit()
     check_toolkit(toolkit)
     wanted = sorted(set(archs or local_archs()))
-    key = build_key(read_source(SOURCE, source_dir), toolkit)
+    key = build_key(''.join(read_source(s, source_dir) for s in SOURCES),
+                    toolkit)
     cache = cache_dir or default_cache_dir()
     prefix = osp.join(cache, f'{_STEM}_{key[:16]}_')
 
@@ -342,7 +346,7 @@ def build_library(archs: Optional[Sequence[Tuple[int, int]]] = None,
         command = [
             toolkit.nvcc, *nvcc_flags(wanted), *_includes(source_dir),
             *_link_flags(), '-o', partial,
-            osp.join(source_dir, SOURCE)
+            *(osp.join(source_dir, s) for s in SOURCES)
         ]
         cxx = shutil.which(os.environ.get('CXX', ''))
         if cxx:

@@ -5,50 +5,17 @@
 #include <string.h>
 
 #include "fles.h"
+#include "fles_math.h"
 #include "prelude.h"
 
-/* exp(x), x clamped to [-87, 88]: Cody-Waite reduction x = n ln2 + r,
- * |r| <= ln2/2, degree-5 polynomial (relative error 2e-7 in float32). */
-static inline float exp_c(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
-    const float r = (x - n * 0.693145751953125f)
-                    - n * 1.42860676533018738e-06f;
-    const float r2 = r * r;  /* Estrin's scheme */
-    const float p = (1.0f + r * 9.9999970e-1f)
-                    + r2 * ((4.9999151e-1f + r * 1.6667636e-1f)
-                            + r2 * (4.1897912e-2f + r * 8.2902974e-3f));
-    union { int32_t i; float f; } scale;
-    scale.i = ((int32_t)n + 127) << 23;
-    return p * scale.f;
-}
-
-/* Gates: RHO(u) sets r (rho) and d (rho'). */
-#define RHO_SIGMOID(u)                                                     \
-    const float r = 1.0f / (1.0f + exp_c(-(u)));                           \
-    const float d = r * (1.0f - r);
-
-/* Phi(u) = 0.5 (1 + erf(u / sqrt 2)), erf by A&S 7.1.26 on |u| / sqrt 2. */
-#define RHO_ERF(u)                                                         \
-    const float za = __builtin_fabsf(u) * 0.70710678118654752f;            \
-    const float t = 1.0f / (1.0f + 0.3275911f * za);                       \
-    const float gauss = exp_c(-za * za);                                   \
-    float q = 1.061405429f;                                                \
-    q = q * t - 1.453152027f;                                              \
-    q = q * t + 1.421413741f;                                              \
-    q = q * t - 0.284496736f;                                              \
-    q = q * t + 0.254829592f;                                              \
-    const float half_erfc = 0.5f * q * t * gauss;                          \
-    const float r = (u) >= 0.0f ? 1.0f - half_erfc : half_erfc;            \
-    const float d = gauss * 0.39894228040143268f;
-
-/* tanh(softplus(u)) = w (w + 2) / (w (w + 2) + 2), w = e^u;
- * derivative (1 - rho^2) sigmoid(u). u is capped at 20 (rho = 1 there). */
-#define RHO_MISH(u)                                                        \
-    const float w = exp_c((u) < 20.0f ? (u) : 20.0f);                      \
-    const float nw2 = w * (w + 2.0f);                                      \
-    const float r = nw2 / (nw2 + 2.0f);                                    \
-    const float d = (1.0f - r * r) * (w / (1.0f + w));
+/* Gates: RHO(u) sets r (rho) and d (rho') from fles_math.h. */
+#define RHO_OF(FN, u)                                                      \
+    const FlesRho rho_ = FN(u);                                            \
+    const float r = rho_.r;                                                \
+    const float d = rho_.d;
+#define RHO_SIGMOID(u) RHO_OF(fles_rho_sigmoid, u)
+#define RHO_ERF(u) RHO_OF(fles_rho_erf, u)
+#define RHO_MISH(u) RHO_OF(fles_rho_mish, u)
 
 /* Per band of tile rows: rows [i0, i1) of the plane, grid row gr. With
  * one window per row (nw == 1) a band's rows are one contiguous run, which
@@ -106,15 +73,15 @@ static int64_t fles_stats(const float* x, float* ind, float* div,
                 _Pragma("omp simd reduction(+:s, count)")
                 for (int64_t j = 0; j < n; ++j) {
                     const float v = xb[j];
-                    s += v > 0.0f ? v : 0.0f;
-                    count += v >= 0.0f ? 1.0 : 0.0;
+                    s += fles_ind_term(0, v);
+                    count += fles_ind_count(v);
                 }
             } else {
                 _Pragma("omp simd reduction(+:s)")
                 for (int64_t j = 0; j < n; ++j) s += xb[j];
                 count = (double)n;
             }
-            const float d = count < 1.0 ? 1.0f : (float)count;
+            const float d = fles_divisor((float)count);
             div[wbase] = d;
             ind[wbase] = (float)(s * (1.0f / d));
             continue;
@@ -126,8 +93,8 @@ static int64_t fles_stats(const float* x, float* ind, float* div,
                 _Pragma("omp simd")
                 for (int64_t j = 0; j < W; ++j) {
                     const float v = xr[j];
-                    col[j] += v > 0.0f ? v : 0.0f;
-                    cnt[j] += v >= 0.0f ? 1.0f : 0.0f;
+                    col[j] += fles_ind_term(0, v);
+                    cnt[j] += fles_ind_count(v);
                 }
             } else {
                 _Pragma("omp simd")
@@ -145,7 +112,7 @@ static int64_t fles_stats(const float* x, float* ind, float* div,
         }
         float inv[nw];
         for (int64_t c = 0; c < nw; ++c) {
-            if (d[c] < 1.0f) d[c] = 1.0f;
+            d[c] = fles_divisor(d[c]);
             inv[c] = 1.0f / d[c];
         }
         reduce_cols(ind + wbase, col, inv, W, kw, nw);
@@ -174,7 +141,7 @@ static int64_t NAME(const float* x, float* y, const float* kv,             \
                 const float u = so * xv;                                   \
                 RHO(u)                                                     \
                 (void)d;                                                   \
-                y[o + j] = sv * r * xv;                                    \
+                y[o + j] = fles_output(sv, r, xv);                         \
             }                                                              \
             continue;                                                      \
         }                                                                  \
@@ -189,7 +156,7 @@ static int64_t NAME(const float* x, float* y, const float* kv,             \
                 const float u = ro[j] * xv;                                \
                 RHO(u)                                                     \
                 (void)d;                                                   \
-                yr[j] = rv[j] * r * xv;                                    \
+                yr[j] = fles_output(rv[j], r, xv);                         \
             }                                                              \
         }                                                                  \
     )                                                                      \
@@ -221,10 +188,10 @@ static int64_t NAME(const float* x, const float* go, float* gx,            \
                 const float xv = x[o + j], g = go[o + j];                  \
                 const float u = so * xv;                                   \
                 RHO(u)                                                     \
-                const float gx_ = g * xv;                                  \
-                gx[o + j] = g * sv * (r + u * d);                          \
-                sa += gx_ * r;                                             \
-                sb += gx_ * xv * d;                                        \
+                const FlesSums t_ = fles_scale_terms(g, xv, rho_);         \
+                gx[o + j] = fles_gate_grad(g, sv, u, rho_);                \
+                sa += t_.sa;                                               \
+                sb += t_.sb;                                               \
             }                                                              \
             g_ve[wbase] = (float)sa;                                       \
             g_ho[wbase] = (float)(sb * (cst * sv));                        \
@@ -243,10 +210,10 @@ static int64_t NAME(const float* x, const float* go, float* gx,            \
                 const float xv = xr[j], g = gr_[j];                        \
                 const float u = ro[j] * xv;                                \
                 RHO(u)                                                     \
-                const float gx_ = g * xv;                                  \
-                gxr[j] = g * rv[j] * (r + u * d);                          \
-                ca[j] += gx_ * r;                                          \
-                cb[j] += gx_ * xv * d;                                     \
+                const FlesSums t_ = fles_scale_terms(g, xv, rho_);         \
+                gxr[j] = fles_gate_grad(g, rv[j], u, rho_);                \
+                ca[j] += t_.sa;                                            \
+                cb[j] += t_.sb;                                            \
             }                                                              \
         }                                                                  \
         float kvc[nw];                                                     \
@@ -282,7 +249,7 @@ static int64_t fles_ind_bwd(const float* x, float* gx, const float* gind,
             if (mode == 0) {
                 _Pragma("omp simd")
                 for (int64_t j = 0; j < n; ++j)
-                    gx[o + j] += x[o + j] > 0.0f ? q : 0.0f;
+                    gx[o + j] += fles_ind_grad(0, x[o + j], q);
             } else {
                 _Pragma("omp simd")
                 for (int64_t j = 0; j < n; ++j) gx[o + j] += q;
@@ -299,7 +266,7 @@ static int64_t fles_ind_bwd(const float* x, float* gx, const float* gind,
             if (mode == 0) {
                 _Pragma("omp simd")
                 for (int64_t j = 0; j < W; ++j)
-                    gxr[j] += xr[j] > 0.0f ? rq[j] : 0.0f;
+                    gxr[j] += fles_ind_grad(0, xr[j], rq[j]);
             } else {
                 _Pragma("omp simd")
                 for (int64_t j = 0; j < W; ++j) gxr[j] += rq[j];

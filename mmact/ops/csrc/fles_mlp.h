@@ -1,8 +1,8 @@
 // FleS's scale MLP and its vector-Jacobian product as plain loops on the
-// indicator grid (fles_op.cpp's small MLPs). Included after approx.h.
+// indicator grid (fles_op.cpp's small MLPs). Included after fles_math.h.
 #ifndef MMACT_FLES_MLP_H
 #define MMACT_FLES_MLP_H
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 
 #include <array>
@@ -18,7 +18,7 @@ using torch::autograd::variable_list;
 // trunk) or 2x (a trunk per head) that); larger ones run in torch.
 constexpr int64_t kLoopMacs = 1 << 16;
 
-inline float sigmoid(float v) { return 1.0f / (1.0f + exp_c(-v)); }
+inline float sigmoid(float v) { return fles_rho_sigmoid(v).r; }
 
 // The scale MLP as plain loops, for the grids where it is a few thousand
 // multiply-adds and an ATen call would cost more than the product. Its
@@ -204,6 +204,70 @@ struct Mlp {
       out[0] = g_ind;
     }
     return out;
+  }
+};
+
+// The scale MLP in ATen ops, for CUDA grids (cuBLAS underneath): the
+// math of mmact.ops.fles.scales._mlp_vjp op for op, with its grid-sized
+// intermediates kept for the VJP (backward does not re-run the MLP).
+struct MlpAten {
+  at::Tensor flat;    // (N, C, G): the indicator grid
+  at::Tensor w1;      // fc1 as (2, 1, h, C) per head, (1, h, C) shared
+  at::Tensor hidden;  // (2, N, h, G) per head, (N, h, G) shared
+  at::Tensor opre, out;     // (2, N, C, G)
+  at::Tensor k_ve, k_ho;    // (N, C, nh, nw), contiguous
+  bool per_head = false;
+  double k_ho_min = 0;
+
+  MlpAten(const at::Tensor& ind, const at::Tensor& fc1_weight,
+          const at::Tensor& fc1_bias, const at::Tensor& fc2_weight,
+          const at::Tensor& fc2_bias, double k_ho_min_)
+      : flat(ind.reshape({ind.size(0), ind.size(1), -1})),
+        w1(fc1_weight.unsqueeze(-3)),
+        per_head(fc1_weight.dim() == 3),
+        k_ho_min(k_ho_min_) {
+    hidden = at::matmul(w1, flat).add_(
+        fc1_bias.unsqueeze(-2).unsqueeze(-1)).relu_();
+    opre = at::matmul(fc2_weight.unsqueeze(1), hidden)
+               .add_(fc2_bias.unsqueeze(1).unsqueeze(-1));
+    out = at::softplus(opre);
+    k_ve = out.select(0, 0).view(ind.sizes());
+    k_ho = out.select(0, 1).clamp_min(k_ho_min).view(ind.sizes());
+  }
+
+  // Gradients (ind, fc1_weight, fc1_bias, fc2_weight, fc2_bias) from those
+  // of (k_ve, k_ho); undefined where not needed.
+  variable_list vjp(const at::Tensor& g_ve, const at::Tensor& g_ho,
+                    const at::Tensor& fc2_weight,
+                    const std::array<bool, 5>& need) const {
+    const int64_t n = flat.size(0), c = flat.size(1);
+    // no gradient below k_ho's floor; softplus' = sigmoid
+    at::Tensor d_opre =
+        at::stack({g_ve.reshape({n, c, -1}),
+                   g_ho.reshape({n, c, -1}) * out.select(0, 1).ge(k_ho_min)});
+    d_opre.mul_(at::sigmoid(opre));
+    variable_list grads(5);
+    if (need[3]) {
+      grads[3] = at::matmul(d_opre, hidden.transpose(-1, -2))
+                     .sum(1)
+                     .view(fc2_weight.sizes());
+    }
+    if (need[4]) grads[4] = d_opre.sum({1, 3});
+    if (!(need[0] || need[1] || need[2])) return grads;
+    at::Tensor d_hidden =
+        at::matmul(fc2_weight.transpose(-1, -2).unsqueeze(1), d_opre);
+    if (!per_head) d_hidden = d_hidden.sum(0);
+    d_hidden.mul_(hidden.gt(0));
+    if (need[1]) {
+      grads[1] = at::matmul(d_hidden, flat.transpose(-1, -2)).sum(-3);
+    }
+    if (need[2]) grads[2] = d_hidden.sum({-3, -1});
+    if (need[0]) {
+      at::Tensor g_ind = at::matmul(w1.transpose(-1, -2), d_hidden);
+      if (per_head) g_ind = g_ind.sum(0);
+      grads[0] = g_ind.view(k_ve.sizes());
+    }
+    return grads;
   }
 };
 

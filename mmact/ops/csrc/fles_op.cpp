@@ -8,14 +8,22 @@
 // larger MLPs, other scale functions and indicators): mmact::fles_stats,
 // fles_apply, fles_gate_backward, fles_indicator_backward (no autograd).
 //
+// One operator, per-device kernels: on a CUDA map the node and the entry
+// run the pass operators' CUDA kernels (fles_cuda.cu, registered by the
+// CUDA library, mmact.ops.cuda_build) through the dispatcher and the MLP
+// as ATen calls (MlpAten: cuBLAS underneath), any MLP size; float16 /
+// bfloat16 maps are read and written in their dtype, NCHW or
+// channels-last.
+//
 // Schema: (Tensor x, Tensor fc1_weight, Tensor fc1_bias, Tensor fc2_weight,
 // Tensor fc2_bias, int kh, int kw, str gate, str mode, float k_ho_min)
 // -> Tensor.
-// x: contiguous float32 (N, C, H, W) CPU map; windows kh x kw from the
+// x: contiguous float32 (N, C, H, W) CPU map, or an NCHW / channels-last
+// float32 / float16 / bfloat16 CUDA map; windows kh x kw from the
 // top-left corner, cut at the border (kh = H, kw = W: one global window);
-// MLP parameters float32, per head (fc1 (2, h, C)) or with a shared trunk
-// (fc1 (h, C)), heads fc2 (2, C, h), fc2_bias (2, C); gate sigmoid,
-// tanh_gate, erf or tanh_softplus; indicator mode positive or mean;
+// MLP parameters float32 on x's device, per head (fc1 (2, h, C)) or with
+// a shared trunk (fc1 (h, C)), heads fc2 (2, C, h), fc2_bias (2, C); gate
+// sigmoid, tanh_gate, erf or tanh_softplus; indicator mode positive or mean;
 // k_ho_min: the floor of k_ho (mmact.ops.fles.scales.K_HO_MIN).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -41,6 +49,7 @@ extern "C" {
 namespace {
 
 using mmact::Mlp;
+using mmact::MlpAten;
 using torch::autograd::variable_list;
 
 // Pixels per thread at least.
@@ -121,8 +130,13 @@ struct Grid {
 void check_inputs(const at::Tensor& x, const at::Tensor& w1,
                   const at::Tensor& b1, const at::Tensor& w2,
                   const at::Tensor& b2, int64_t kh, int64_t kw) {
-  TORCH_CHECK(x.dim() == 4 && x.is_cpu() && x.scalar_type() == at::kFloat,
-              "mmact::fles takes a float32 (N, C, H, W) CPU tensor (got ",
+  const at::ScalarType t = x.scalar_type();
+  TORCH_CHECK(x.dim() == 4 && ((x.is_cpu() && t == at::kFloat) ||
+                               (x.is_cuda() && (t == at::kFloat ||
+                                                t == at::kHalf ||
+                                                t == at::kBFloat16))),
+              "mmact::fles takes a float32 (N, C, H, W) CPU tensor or a "
+              "float32 / float16 / bfloat16 CUDA one (got ",
               x.scalar_type(), " ", x.sizes(), " on ", x.device(),
               "); call mmact.ops.fles.fles_fused, which picks the "
               "implementation");
@@ -144,8 +158,10 @@ void check_inputs(const at::Tensor& x, const at::Tensor& w1,
                     "; expected (2, h, C) / (2, h) or (h, C) / (h,), then "
                     "(2, C, h) / (2, C)");
   for (const at::Tensor* p : {&w1, &b1, &w2, &b2}) {
-    TORCH_CHECK(p->scalar_type() == at::kFloat && p->is_cpu(),
-                "mmact::fles: MLP parameters must be float32 CPU tensors");
+    TORCH_CHECK(p->scalar_type() == at::kFloat && p->device() == x.device(),
+                "mmact::fles: MLP parameters must be float32 tensors on x's "
+                "device, ", x.device(), " (got ", p->scalar_type(), " on ",
+                p->device(), ")");
   }
 }
 
@@ -223,13 +239,62 @@ Forward forward_cpu(const at::Tensor& x, const at::Tensor& w1,
   return {std::move(y), std::move(div), std::move(mlp)};
 }
 
+// The pass operators through the dispatcher: on CUDA maps, the CUDA
+// library's kernels (fles_cuda.cu).
+using StatsOp = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t,
+                                                   int64_t, c10::string_view);
+using ApplyOp = at::Tensor(const at::Tensor&, const at::Tensor&,
+                           const at::Tensor&, int64_t, int64_t,
+                           c10::string_view);
+using GateBackwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    const at::Tensor&, int64_t, int64_t, c10::string_view);
+using IndicatorBackwardOp = void(const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&,
+                                 int64_t, int64_t, c10::string_view);
+
+template <typename F>
+c10::TypedOperatorHandle<F> pass_op(const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow(name, "")
+      .template typed<F>();
+}
+
+struct ForwardCuda {
+  at::Tensor y, div;
+  MlpAten mlp;
+};
+
+// The whole op on a CUDA map: the pass operators' CUDA kernels around the
+// MLP's ATen calls (float32 under autocast, as on the CPU).
+ForwardCuda forward_cuda(const at::Tensor& x, const at::Tensor& w1,
+                         const at::Tensor& b1, const at::Tensor& w2,
+                         const at::Tensor& b2, double k_ho_min, int64_t kh,
+                         int64_t kw, const Gate& gate, int64_t mode) {
+  static const auto stats = pass_op<StatsOp>("mmact::fles_stats");
+  static const auto apply = pass_op<ApplyOp>("mmact::fles_apply");
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  at::Tensor ind, div;
+  std::tie(ind, div) =
+      stage("fles.stats", [&] { return stats.call(x, kh, kw, kModes[mode]); });
+  MlpAten mlp = stage("fles.mlp", [&] {
+    return MlpAten(ind, w1, b1, w2, b2, k_ho_min);
+  });
+  at::Tensor y = stage("fles.apply", [&] {
+    return apply.call(x, mlp.k_ve, mlp.k_ho, kh, kw, gate.name);
+  });
+  return {std::move(y), std::move(div), std::move(mlp)};
+}
+
 // The backward node, written as torch's generated nodes are (see
 // apa_op.cpp): the inputs as SavedVariables (their versions checked), the
-// MLP's intermediates on the small grid as plain tensors.
+// MLP's intermediates on the small grid as plain tensors (mlp_ on the CPU,
+// mlp_cuda_ on CUDA).
 struct FleSBackward final : public torch::autograd::TraceableFunction {
   torch::autograd::SavedVariable x_, w1_, w2_;
   at::Tensor div_;
   std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<MlpAten> mlp_cuda_;
   int64_t kh_ = 1, kw_ = 1, mode_ = 0;
   const Gate* gate_ = nullptr;
 
@@ -241,18 +306,27 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
     w2_.reset_data();
     div_.reset();
     mlp_.reset();
+    mlp_cuda_.reset();
   }
 
   variable_list apply(variable_list&& grads) override {
     if (!grads[0].defined()) return variable_list(5);
-    TORCH_CHECK(mlp_ != nullptr, "mmact::fles: backward through the graph a "
-                "second time (its buffers were freed); pass retain_graph=True");
+    TORCH_CHECK(mlp_ != nullptr || mlp_cuda_ != nullptr,
+                "mmact::fles: backward through the graph a second time (its "
+                "buffers were freed); pass retain_graph=True");
     const at::Tensor x = x_.unpack(), w1 = w1_.unpack(), w2 = w2_.unpack();
     variable_list out;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       c10::impl::ExcludeDispatchKeyGuard no_autocast(
           c10::autocast_dispatch_keyset);
+      const std::array<bool, 5> need = {
+          true, should_compute_output(1), should_compute_output(2),
+          should_compute_output(3), should_compute_output(4)};
+      if (x.is_cuda()) {
+        out = backward_cuda(grads[0], x, w2, need);
+        return mmact::once_differentiable(std::move(out), "fles_fused");
+      }
       const Grid g(x, kh_, kw_);
       const at::Tensor go = grads[0].to(at::kFloat).contiguous();
       at::Tensor gx = mmact::empty_cpu(x.sizes(), at::kFloat);
@@ -263,10 +337,7 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
       });
       // the indicator's gradient is needed for x's, and always computed
       out = stage("fles.bwd.mlp", [&] {
-        return mlp_->vjp(g_ve, g_ho, w1, w2,
-                         {true, should_compute_output(1),
-                          should_compute_output(2), should_compute_output(3),
-                          should_compute_output(4)});
+        return mlp_->vjp(g_ve, g_ho, w1, w2, need);
       });
       stage("fles.bwd.indicator", [&] {
         run_indicator_backward(g, mode_, x, out[0].contiguous(), div_, gx);
@@ -275,14 +346,45 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
     }
     return mmact::once_differentiable(std::move(out), "fles_fused");
   }
+
+  // The CUDA branch: gate backward (grad_x in x's dtype and layout, the
+  // scales' window gradients), the MLP's VJP, the indicator's term added
+  // into grad_x.
+  variable_list backward_cuda(const at::Tensor& go, const at::Tensor& x,
+                              const at::Tensor& w2,
+                              const std::array<bool, 5>& need) {
+    static const auto gate_backward =
+        pass_op<GateBackwardOp>("mmact::fles_gate_backward");
+    static const auto indicator_backward =
+        pass_op<IndicatorBackwardOp>("mmact::fles_indicator_backward");
+    at::Tensor gx, g_ve, g_ho;
+    std::tie(gx, g_ve, g_ho) = stage("fles.bwd.gate", [&] {
+      return gate_backward.call(x, go, mlp_cuda_->k_ve, mlp_cuda_->k_ho, kh_,
+                                kw_, gate_->name);
+    });
+    variable_list out = stage("fles.bwd.mlp", [&] {
+      return mlp_cuda_->vjp(g_ve, g_ho, w2, need);
+    });
+    stage("fles.bwd.indicator", [&] {
+      indicator_backward.call(gx, x, out[0], div_, kh_, kw_, kModes[mode_]);
+    });
+    out[0] = should_compute_output(0) ? gx : at::Tensor();
+    return out;
+  }
 };
 
-at::Tensor cpu(const at::Tensor& x, const at::Tensor& w1,
-               const at::Tensor& b1, const at::Tensor& w2,
-               const at::Tensor& b2, int64_t kh, int64_t kw,
-               c10::string_view gate, c10::string_view mode,
-               double k_ho_min) {
+// The forward without autograd, registered for CPU and CUDA maps.
+at::Tensor forward_op(const at::Tensor& x, const at::Tensor& w1,
+                      const at::Tensor& b1, const at::Tensor& w2,
+                      const at::Tensor& b2, int64_t kh, int64_t kw,
+                      c10::string_view gate, c10::string_view mode,
+                      double k_ho_min) {
   check_inputs(x, w1, b1, w2, b2, kh, kw);
+  if (x.is_cuda()) {
+    return forward_cuda(x, w1, b1, w2, b2, k_ho_min, kh, kw, find_gate(gate),
+                        find_mode(mode))
+        .y;
+  }
   const at::Tensor xc = x.contiguous();
   return forward_cpu(xc, w1, b1, w2, b2, k_ho_min, Grid(xc, kh, kw),
                      find_gate(gate), find_mode(mode))
@@ -303,11 +405,32 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
                        b2.requires_grad());
   if (!record) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return cpu(x, w1, b1, w2, b2, kh, kw, gate, mode, k_ho_min);
+    return forward_op(x, w1, b1, w2, b2, kh, kw, gate, mode, k_ho_min);
   }
   check_inputs(x, w1, b1, w2, b2, kh, kw);
   const Gate& rho = find_gate(gate);
   const int64_t mode_index = find_mode(mode);
+  mmact::NodePtr node = mmact::make_node<FleSBackward>();
+  auto* fles = static_cast<FleSBackward*>(node.get());
+  fles->set_next_edges(torch::autograd::collect_next_edges(x, w1, b1, w2, b2));
+  fles->w1_ = torch::autograd::SavedVariable(w1, false);
+  fles->w2_ = torch::autograd::SavedVariable(w2, false);
+  fles->kh_ = kh;
+  fles->kw_ = kw;
+  fles->mode_ = mode_index;
+  fles->gate_ = &rho;
+  if (x.is_cuda()) {
+    ForwardCuda f = [&] {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      return forward_cuda(x, w1, b1, w2, b2, k_ho_min, kh, kw, rho,
+                          mode_index);
+    }();
+    fles->x_ = torch::autograd::SavedVariable(x, false);
+    fles->div_ = std::move(f.div);
+    fles->mlp_cuda_ = std::make_unique<MlpAten>(std::move(f.mlp));
+    torch::autograd::set_history(f.y, node);
+    return f.y;
+  }
   at::Tensor xc;
   Forward f = [&] {
     // below autograd, so that copying a non-contiguous x records no node
@@ -316,18 +439,9 @@ at::Tensor autograd(const at::Tensor& x, const at::Tensor& w1,
     return forward_cpu(xc, w1, b1, w2, b2, k_ho_min, Grid(xc, kh, kw), rho,
                        mode_index);
   }();
-  mmact::NodePtr node = mmact::make_node<FleSBackward>();
-  auto* fles = static_cast<FleSBackward*>(node.get());
-  fles->set_next_edges(torch::autograd::collect_next_edges(x, w1, b1, w2, b2));
   fles->x_ = torch::autograd::SavedVariable(xc, false);
-  fles->w1_ = torch::autograd::SavedVariable(w1, false);
-  fles->w2_ = torch::autograd::SavedVariable(w2, false);
   fles->div_ = std::move(f.div);
   fles->mlp_ = std::make_unique<Mlp>(std::move(f.mlp));
-  fles->kh_ = kh;
-  fles->kw_ = kw;
-  fles->mode_ = mode_index;
-  fles->gate_ = &rho;
   torch::autograd::set_history(f.y, node);
   return f.y;
 }
@@ -433,15 +547,42 @@ void indicator_backward_pass(const at::Tensor& grad_x, const at::Tensor& x,
   run_indicator_backward(g, find_mode(mode), x, q, d, grad_x);
 }
 
+// Whether the Python entry takes CUDA calls: MMACT_CUDA_KERNELS=1 and the
+// CUDA library loaded (mmact.ops.fles.cpu.cuda_routed sets it).
+bool route_cuda = false;
+
+// Whether the entry takes x and the MLP parameters: on the CPU a plain
+// contiguous float32 map with float32 CPU weights small enough for the
+// loops; on CUDA (routed) a plain float32 / float16 / bfloat16 NCHW or
+// channels-last map with float32 weights on its device, any MLP size.
+bool entry_takes(const at::Tensor& x, const at::Tensor& w1,
+                 const at::Tensor& b1, const at::Tensor& w2,
+                 const at::Tensor& b2, int64_t kh, int64_t kw) {
+  if (x.layout() != at::kStrided || x.dim() != 4) return false;
+  for (const at::Tensor* p : {&w1, &b1, &w2, &b2}) {
+    if (p->scalar_type() != at::kFloat || p->device() != x.device()) {
+      return false;
+    }
+  }
+  if (x.is_cpu()) {
+    return x.scalar_type() == at::kFloat && x.is_contiguous() &&
+           loop_sized(x, w1, kh, kw);
+  }
+  const at::ScalarType t = x.scalar_type();
+  return route_cuda && x.is_cuda() &&
+         (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) &&
+         (x.is_contiguous() ||
+          x.is_contiguous(at::MemoryFormat::ChannelsLast));
+}
+
 }  // namespace
 
 namespace mmact {
 
 // The Python entry, what FleS layers and mmact.ops.fles.fused call: it
-// takes a call on a plain contiguous float32 CPU map with float32 CPU MLP
-// weights small enough for the loops, a gate and indicator mode the
-// kernels have (mmact::direct_call) and declines any other with None, as
-// mmact.ops.fles.fused's dispatch table decides.
+// takes the calls entry_takes describes, with a gate and indicator mode
+// the kernels have (mmact::direct_call), and declines any other with None,
+// as mmact.ops.fles.dispatch's table decides.
 PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   static const auto op = c10::Dispatcher::singleton()
@@ -452,9 +593,7 @@ PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             PyUnicode_Check(args[7]) && PyUnicode_Check(args[8]) &&
             PyFloat_Check(args[9]);
   for (Py_ssize_t i = 0; ok && i < 5; ++i) {
-    ok = THPVariable_CheckExact(args[i]) &&
-         THPVariable_Unpack(args[i]).is_cpu() &&
-         THPVariable_Unpack(args[i]).scalar_type() == at::kFloat;
+    ok = THPVariable_CheckExact(args[i]);
   }
   if (!ok) Py_RETURN_NONE;
   const at::Tensor &x = THPVariable_Unpack(args[0]),
@@ -465,8 +604,8 @@ PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const int64_t kh = PyLong_AsLongLong(args[5]);
   const int64_t kw = PyLong_AsLongLong(args[6]);
   if (PyErr_Occurred()) return nullptr;
-  if (!(x.layout() == at::kStrided && x.is_contiguous() &&
-        loop_sized(x, w1, kh, kw) && mmact::direct_call(x, w1, b1, w2, b2))) {
+  if (!(entry_takes(x, w1, b1, w2, b2, kh, kw) &&
+        mmact::direct_call(x, w1, b1, w2, b2))) {
     Py_RETURN_NONE;
   }
   Py_ssize_t gate_len = 0, mode_len = 0;
@@ -488,6 +627,16 @@ PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
+PyObject* python_fles_routes(PyObject*, PyObject* const* args,
+                             Py_ssize_t nargs) {
+  if (nargs != 1 || !PyBool_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "fles_routes(cuda: bool)");
+    return nullptr;
+  }
+  route_cuda = args[0] == Py_True;
+  Py_RETURN_NONE;
+}
+
 }  // namespace mmact
 
 // A fragment: apa_op.cpp registers into the same namespace.
@@ -505,11 +654,15 @@ TORCH_LIBRARY_FRAGMENT(mmact, m) {
 }
 
 TORCH_LIBRARY_IMPL(mmact, CPU, m) {
-  m.impl("fles", cpu);
+  m.impl("fles", forward_op);
   m.impl("fles_stats", stats_pass);
   m.impl("fles_apply", apply_pass);
   m.impl("fles_gate_backward", gate_backward_pass);
   m.impl("fles_indicator_backward", indicator_backward_pass);
 }
+
+// The whole op's CUDA forward is host code (the pass operators' CUDA
+// kernels around ATen calls): registered here, beside its CPU one.
+TORCH_LIBRARY_IMPL(mmact, CUDA, m) { m.impl("fles", forward_op); }
 
 TORCH_LIBRARY_IMPL(mmact, Autograd, m) { m.impl("fles", autograd); }

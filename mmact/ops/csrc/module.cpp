@@ -28,6 +28,8 @@ PyMethodDef methods[] = {
     {"fles", fastcall<mmact::python_fles>(), METH_FASTCALL,
      "mmact::fles(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, kh, kw, "
      "gate, mode, k_ho_min)"},
+    {"fles_routes", fastcall<mmact::python_fles_routes>(), METH_FASTCALL,
+     "fles_routes(cuda): whether the fles entry takes CUDA calls"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, MMACT_STR(TORCH_EXTENSION_NAME),

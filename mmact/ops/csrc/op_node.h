@@ -111,6 +111,9 @@ at::Tensor call_from_python(int64_t numel, F&& call) {
 PyObject* python_apa(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* python_aglu(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// Sets whether the FleS entry takes CUDA calls: fles_routes(cuda).
+PyObject* python_fles_routes(PyObject*, PyObject* const* args,
+                             Py_ssize_t nargs);
 // Sets which devices' calls the APA / AGLU entries take: routes(cpu, cuda).
 PyObject* python_routes(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 

@@ -26,19 +26,29 @@ autograd node, :func:`operator_entry`); the passes alone are the operators
 ``mmact::fles_stats`` / ``fles_apply`` / ``fles_gate_backward`` /
 ``fles_indicator_backward``, which :mod:`.fused` calls around the torch
 MLP.
+
+One operator, per-device kernels: with ``MMACT_CUDA_KERNELS=1`` the same
+node takes CUDA maps (:func:`cuda_declines`, :func:`cuda_routed`): the pass
+operators' CUDA kernels (``csrc/fles_cuda.cu``, :mod:`mmact.ops.cuda_build`)
+around the MLP's ATen calls, any MLP size, float32 / float16 / bfloat16,
+NCHW or channels-last.
 """
-from typing import Callable, Optional, Tuple
+import warnings
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..cpu_build import extension
+from .. import backends, cuda_build
+from ..cpu_build import extension, load_extension
 from .gates import FLES_GATES
 from .geometry import WindowGeometry
 
 __all__ = [
-    'KERNEL_GATES', 'KERNEL_MODES', 'LOOP_MACS', 'loop_sized',
-    'operator_entry', 'stats', 'apply', 'gate_backward', 'indicator_backward'
+    'KERNEL_GATES', 'KERNEL_MODES', 'LOOP_MACS', 'CUDA_DTYPES', 'loop_sized',
+    'operator_entry', 'cuda_routed', 'cuda_entry', 'cuda_declines',
+    'warn_declined',
+    'stats', 'apply', 'gate_backward', 'indicator_backward'
 ]
 
 #: Gates and indicator modes the kernels evaluate (others: torch): every
@@ -51,6 +61,12 @@ KERNEL_MODES = ('positive', 'mean')
 #: ``csrc/fles_mlp.h``): where a torch call costs more than the product.
 #: Larger MLPs run in torch.
 LOOP_MACS = 1 << 16
+
+#: Map dtypes the CUDA kernels read and write (computed in float32).
+CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+# 'cuda': whether CUDA calls go to the operator, once a CUDA call asked
+_state: Dict[str, Any] = {}
 
 
 def loop_sized(x: Tensor, geom: WindowGeometry, hidden: int) -> bool:
@@ -73,6 +89,87 @@ def operator_entry() -> Optional[Callable]:
     the C kernels are switched off."""
     module = extension()
     return None if module is None else module.fles
+
+
+def cuda_routed() -> bool:
+    """Whether CUDA maps go to the operator: ``MMACT_CUDA_KERNELS=1`` and
+    the CUDA kernels loaded (:func:`mmact.ops.cuda_build.library`, built by
+    the first call that asks); the entry is told so
+    (``fles_routes``)."""
+    if 'cuda' not in _state:
+        module = (load_extension()
+                  if cuda_build.library() is not None else None)
+        if module is not None:
+            module.fles_routes(True)
+        _state['cuda'] = module is not None
+    return _state['cuda']
+
+
+def cuda_entry() -> Callable:
+    """The operator's Python entry for CUDA maps (:func:`cuda_routed` was
+    true): the extension's, loaded whether or not the C kernels are on."""
+    return load_extension().fles
+
+
+def _unroute() -> None:
+    """New settings: the entry takes no CUDA call until asked again."""
+    if _state.pop('cuda', False):
+        load_extension().fles_routes(False)
+
+
+backends.on_change(_unroute)
+
+
+def cuda_declines(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
+                  scale_fn_ok: bool,
+                  params: Sequence[Tensor]) -> Optional[str]:
+    """Why the operator's CUDA kernels do not take FleS on the CUDA map
+    ``x``, or None when they do (then :func:`cuda_routed` says whether they
+    are loaded). The table runs the next row and warns with the reason.
+    A window larger than the map is not a reason: ``geom`` holds it
+    clamped to the map (:func:`~.geometry.window_geometry`), as every row
+    takes it.
+
+    Args:
+        x (Tensor): The ``(N, C, H, W)`` map, on CUDA.
+        geom (WindowGeometry): Its window grid.
+        gate (str): The gate.
+        mode (str): The indicator.
+        scale_fn_ok (bool): Whether the scale function is an MLP layout of
+            :mod:`.scales` (the operator's).
+        params (Sequence[Tensor]): The MLP's parameters.
+    """
+    if geom.overlapping:
+        return 'overlapping windows (stride < window)'
+    if gate not in KERNEL_GATES:
+        return f'gate {gate!r}'
+    if mode not in KERNEL_MODES:
+        return f'indicator {mode!r}'
+    if not scale_fn_ok:
+        return 'a scale function other than the MLP layouts'
+    if x.dtype not in CUDA_DTYPES:
+        return f'a {x.dtype} map'
+    if not (x.layout == torch.strided and type(x) in _PLAIN_TYPES and
+            (x.is_contiguous()
+             or x.is_contiguous(memory_format=torch.channels_last))):
+        return 'a map neither NCHW nor channels-last contiguous'
+    for p in params:
+        if (p.dtype is not torch.float32 or p.device != x.device
+                or type(p) not in _PLAIN_TYPES):
+            return (f'MLP parameters {p.dtype} on {p.device} (float32 on '
+                    'the map\'s device wanted)')
+    return None
+
+
+def warn_declined(reason: str, row: str) -> None:
+    """The one warning of a CUDA call the kernels decline.
+
+    Args:
+        reason (str): From :func:`cuda_declines`.
+        row (str): The row that runs instead.
+    """
+    warnings.warn(f'mmact: FleS\'s CUDA kernels (MMACT_CUDA_KERNELS=1) do '
+                  f'not take {reason}; the {row} row runs')
 
 
 def stats(xf: Tensor, geom: WindowGeometry,

@@ -56,6 +56,13 @@ def implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
     ONNX export, fake tensors, dispatch         (:func:`~mmact.ops.fles.
     modes), forward-mode AD, or                 fles_reference`)
     ``composite=True``
+    plain float32 / float16 / bfloat16 NCHW     ``operator``: the whole op
+    or channels-last CUDA map, tiles or a       as ``torch.ops.mmact.fles``,
+    global window, a gate and indicator the     its CUDA kernels
+    kernels have, an MLP layout of              (``csrc/fles_cuda.cu``) and
+    :mod:`.scales` with float32 weights on its  the MLP as ATen calls
+    device, ``MMACT_CUDA_KERNELS=1`` and the
+    CUDA kernels built
     a tensor the Triton settings cover, tiles   ``triton``: the whole op
     or a global window, a gate and indicator    (:mod:`.triton_path`)
     the kernels have
@@ -74,6 +81,8 @@ def implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
 
     Where no gradient is wanted no node is recorded (the operator skips
     it; the other fused rows run their forward without the ``Function``).
+    A CUDA call the CUDA kernels do not take (:func:`.cpu.cuda_declines`)
+    runs the next row with one warning saying why.
 
     The operator's Python entry takes the ``operator`` calls (these checks
     in C++) and declines the others with None: :class:`OperatorWindows`
@@ -92,6 +101,22 @@ def implementation(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
     """
     if wants_composite():  # first: tracers reject reading x.layout
         return _COMPOSITE
+    if x.is_cuda and backends.settings().cuda_kernels:
+        reason = cpu.cuda_declines(x, geom, gate, mode, scale_fn
+                                   in _OPERATOR_SCALES, params)
+        if reason is None and cpu.cuda_routed():
+            return Plan('operator', operator=cpu.cuda_entry())
+        plan = _kernel_rows(x, geom, gate, mode, scale_fn, params)
+        if reason is not None:
+            cpu.warn_declined(reason, plan.name)
+        return plan
+    return _kernel_rows(x, geom, gate, mode, scale_fn, params)
+
+
+def _kernel_rows(x: Tensor, geom: WindowGeometry, gate: str, mode: str,
+                 scale_fn: ScaleFn, params: Sequence[Tensor]) -> Plan:
+    """:func:`implementation`'s rows after the composite and the CUDA
+    operator."""
     if backends.takes_triton(x):
         from . import triton_path  # imports triton
         return _TRITON if triton_path.supported(geom, gate, mode) else _TORCH
