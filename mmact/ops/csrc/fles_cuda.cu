@@ -83,14 +83,29 @@ __device__ __forceinline__ Place place(const Geo& g) {
   return p;
 }
 
-// The storage offset of pixel e (row-major within the window) of p's
-// channel.
-template <bool CL>
-__device__ __forceinline__ int64_t offset(const Geo& g, const Place& p,
-                                          int64_t e) {
-  const int64_t i = p.i0 + e / p.cols, j = p.j0 + e % p.cols;
-  return CL ? ((p.n * g.H + i) * g.W + j) * g.C + p.c
-            : ((p.n * g.C + p.c) * g.H + i) * g.W + j;
+// Calls f(offset) for each of the thread's pixels of its window: lane,
+// lane + NP, ... in row-major order within the window, walked as (row,
+// column) counters (no division per pixel).
+template <bool CL, typename F>
+__device__ __forceinline__ void for_pixels(const Geo& g, const Place& p,
+                                           F&& f) {
+  constexpr int NP = kThreads / channels_per_block<CL>();
+  const int rows = static_cast<int>(p.rows), cols = static_cast<int>(p.cols);
+  const int di = NP / cols, dj = NP % cols;
+  int i = p.lane / cols, j = p.lane % cols;
+  const int64_t base =
+      CL ? ((p.n * g.H + p.i0) * g.W + p.j0) * g.C + p.c
+         : ((p.n * g.C + p.c) * g.H + p.i0) * g.W + p.j0;
+  const int64_t row_step = CL ? g.W * g.C : g.W, col_step = CL ? g.C : 1;
+  while (i < rows) {
+    f(base + i * row_step + j * col_step);
+    i += di;
+    j += dj;
+    if (j >= cols) {
+      j -= cols;
+      ++i;
+    }
+  }
 }
 
 // The sum of v over the pixel lanes of each channel, in a fixed order;
@@ -122,20 +137,18 @@ __global__ void __launch_bounds__(kThreads)
                  float* __restrict__ div, int64_t mode, Geo g) {
   __shared__ float s[kThreads];
   const Place p = place<CL>(g);
-  constexpr int NP = kThreads / channels_per_block<CL>();
-  const int64_t area = p.rows * p.cols;
   float sum = 0.0f, count = 0.0f;
   if (p.valid) {
-    for (int64_t e = p.lane; e < area; e += NP) {
-      const float v = load(x, offset<CL>(g, p, e));
+    for_pixels<CL>(g, p, [&](int64_t i) {
+      const float v = load(x, i);
       sum += fles_ind_term(mode, v);
       count += fles_ind_count(v);
-    }
+    });
   }
   sum = lane_sum<CL>(sum, s, p);
   count = lane_sum<CL>(count, s, p);
   if (p.lane == 0 && p.valid) {
-    const float d = fles_divisor(mode == 0 ? count : (float)area);
+    const float d = fles_divisor(mode == 0 ? count : (float)(p.rows * p.cols));
     div[p.win] = d;
     ind[p.win] = sum * (1.0f / d);
   }
@@ -148,14 +161,11 @@ __global__ void __launch_bounds__(kThreads)
                  float cst, Geo g) {
   const Place p = place<CL>(g);
   if (!p.valid) return;
-  constexpr int NP = kThreads / channels_per_block<CL>();
   const float sv = kv[p.win], so = cst * ko[p.win];
-  const int64_t area = p.rows * p.cols;
-  for (int64_t e = p.lane; e < area; e += NP) {
-    const int64_t i = offset<CL>(g, p, e);
+  for_pixels<CL>(g, p, [&](int64_t i) {
     const float xv = load(x, i);
     y[i] = static_cast<T>(fles_output(sv, fles_rho(GATE, so * xv).r, xv));
-  }
+  });
 }
 
 // grad_x with the scales held fixed, and the window sums of the scales'
@@ -169,14 +179,11 @@ __global__ void __launch_bounds__(kThreads)
                          Geo g) {
   __shared__ float s[kThreads];
   const Place p = place<CL>(g);
-  constexpr int NP = kThreads / channels_per_block<CL>();
   float sa = 0.0f, sb = 0.0f, sv = 0.0f;
   if (p.valid) {
     sv = kv[p.win];
     const float so = cst * ko[p.win];
-    const int64_t area = p.rows * p.cols;
-    for (int64_t e = p.lane; e < area; e += NP) {
-      const int64_t i = offset<CL>(g, p, e);
+    for_pixels<CL>(g, p, [&](int64_t i) {
       const float xv = load(x, i), gv = load(go, i);
       const float u = so * xv;
       const FlesRho q = fles_rho(GATE, u);
@@ -184,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
       const FlesSums t = fles_scale_terms(gv, xv, q);
       sa += t.sa;
       sb += t.sb;
-    }
+    });
   }
   sa = lane_sum<CL>(sa, s, p);
   sb = lane_sum<CL>(sb, s, p);
@@ -203,13 +210,10 @@ __global__ void __launch_bounds__(kThreads)
                               Geo g) {
   const Place p = place<CL>(g);
   if (!p.valid) return;
-  constexpr int NP = kThreads / channels_per_block<CL>();
   const float q = gind[p.win] / div[p.win];
-  const int64_t area = p.rows * p.cols;
-  for (int64_t e = p.lane; e < area; e += NP) {
-    const int64_t i = offset<CL>(g, p, e);
+  for_pixels<CL>(g, p, [&](int64_t i) {
     gx[i] = static_cast<T>(load(gx, i) + fles_ind_grad(mode, load(x, i), q));
-  }
+  });
 }
 
 // The gates by name (mmact.ops.fles.gates): the kernels' gate code and the
