@@ -275,3 +275,48 @@ def test_allocator_choice(load_tool, monkeypatch):
     assert len(calls) == 2
     monkeypatch.setenv('LD_PRELOAD', '/usr/lib/libjemalloc.so.2')
     assert bench.allocator().startswith('jemalloc')
+
+
+def test_mask_rcnn_protocol_batch_and_class_counts(load_tool):
+    """The LVIS Mask R-CNN step protocol's inputs: LVIS v1's split of the
+    1203 classes by image count, and a batch as mmdet's loader yields it."""
+    tool = load_tool('tools/benchmarks/benchmark_mask_rcnn_step.py')
+    counts = tool.lvis_shaped_counts(1203)
+    assert len(counts) == 1203
+    rare = [c for c in counts if c <= 10]
+    common = [c for c in counts if 10 < c <= 100]
+    assert (len(rare), len(common)) == (337, 461)
+    assert min(counts) == 1 and max(counts) == 50000
+    assert len(tool.lvis_shaped_counts(8)) == 8
+    spec = dict(images=2, height=40, width=56, instances=4, classes=8)
+    batch = tool.synthetic_batch(spec)
+    assert [tuple(x.shape) for x in batch['inputs']] == [(3, 40, 56)] * 2
+    for sample in batch['data_samples']:
+        gt = sample.gt_instances
+        assert gt.bboxes.shape == (4, 4) and gt.labels.max() < 8
+        assert gt.masks.masks.shape == (4, 40, 56)
+        # each mask lies inside its box and is not empty
+        for box, mask in zip(gt.bboxes, gt.masks.masks):
+            ys, xs = mask.nonzero()
+            assert len(xs) > 0
+            assert xs.min() >= int(box[0]) and xs.max() <= int(box[2])
+            assert ys.min() >= int(box[1]) and ys.max() <= int(box[3])
+    # the same seed gives the same batch (every model sees one batch)
+    again = tool.synthetic_batch(spec)
+    assert all(
+        (a == b).all() for a, b in zip(batch['inputs'], again['inputs']))
+
+
+def test_step_clock_and_stats_on_the_cpu(load_tool):
+    utils = load_tool('tools/benchmarks/bench_utils.py')
+    with utils.StepClock('cpu') as clock:
+        sum(range(1000))
+    # the CPU stand-in: the device time is the wall time
+    assert clock.device_s == clock.wall_s > 0
+    utils.reset_peak_memory('cpu')
+    assert utils.peak_memory('cpu') is None
+    q = utils.quartiles([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (q['median'], q['q25'], q['q75'], q['n']) == (3.0, 2.0, 4.0, 5)
+    assert utils.quartiles([2.0])['iqr_rel'] == 0
+    lo, hi = utils.bootstrap_ratio([2.0, 2.1, 1.9, 2.0], [1.0, 1.0, 1.0])
+    assert 1.9 <= lo <= 2.0 <= hi <= 2.1

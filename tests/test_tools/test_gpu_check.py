@@ -20,11 +20,9 @@ sys.path.insert(0, str(REPO / 'tools/gpu'))
 import gpu_json  # noqa: E402
 
 #: Parts whose figures need a GPU (null in a dry run).
-MEMORY_KEYS = {
-    ('step', 'memory_float32'), ('step', 'memory_bfloat16'),
-    ('step', 'mask_rcnn_lvis_memory_float32'),
-    ('step', 'mask_rcnn_lvis_memory_amp')
-}
+MEMORY_KEYS = {('step', 'memory_float32'), ('step', 'memory_bfloat16'),
+               ('step', 'mask_rcnn_lvis_memory_float32'),
+               ('step', 'mask_rcnn_lvis_memory_amp')}
 
 
 def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
@@ -32,8 +30,8 @@ def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(('GPU_CHECK_', 'MALLOC_', 'MMACT_'))
-        and k not in ('TRITON_INTERPRET', )
+        if not k.startswith(('GPU_CHECK_', 'MALLOC_',
+                             'MMACT_')) and k not in ('TRITON_INTERPRET', )
     }
     env['PYTHON'] = sys.executable
     if dry:
@@ -41,14 +39,15 @@ def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
     if parts:
         env['GPU_CHECK_PARTS'] = parts
     env.update(env_extra)
-    return subprocess.Popen(['bash', str(SCRIPT),
-                             str(tmp_path / 'gpu_check.log')],
-                            cwd=REPO,
-                            env=env,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        ['bash', str(SCRIPT),
+         str(tmp_path / 'gpu_check.log')],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True)
 
 
 def finish(proc, timeout=900):
@@ -119,8 +118,8 @@ def test_assemble_merges_summaries_and_marks_parts(tmp_path):
                     other=dict(x=1)))))
     (tmp_path / 'host_cost.status').write_text('failed: ValueError: x\n')
     (tmp_path / 'mask_rcnn.status').write_text('stopped\n')
-    data = gpu_json.assemble(
-        tmp_path, dict(gpu='G', torch='T', extra='E'), None, 12.4)
+    data = gpu_json.assemble(tmp_path, dict(gpu='G', torch='T', extra='E'),
+                             None, 12.4)
     assert all_keys(data) == all_keys(gpu_json.empty())
     assert data['gpu'] == 'G' and data['driver'] is None
     assert data['wall']['aglu_silu_float32'] == 2.0
@@ -161,8 +160,8 @@ def test_dry_run_runs_every_part_and_writes_every_key(tmp_path):
     assert data['dry_run'] is True
     parts = data['gpu_check']['parts_run']
     assert list(parts) == [row.split()[0] for row in _part_table()]
-    assert all(s == 'passed' or s.startswith('skipped') for s in
-               parts.values()), (parts, out[-3000:])
+    assert all(s == 'passed' or s.startswith('skipped')
+               for s in parts.values()), (parts, out[-3000:])
     assert code == 0 and data['gpu_check']['exit'] == 0, out[-3000:]
     assert 0 < data['gpu_check']['seconds'] <= time.time() - start + 1
     assert data['torch'] == torch.__version__ and data['commit']
@@ -190,8 +189,9 @@ def _part_table():
     text = SCRIPT.read_text()
     block = text[text.index('PART_TABLE=(') + len('PART_TABLE=('):]
     block = block[:block.index('\n)')]
-    return [line.strip().strip('"') for line in block.splitlines()
-            if line.strip()]
+    return [
+        line.strip().strip('"') for line in block.splitlines() if line.strip()
+    ]
 
 
 @pytest.mark.slow
@@ -238,7 +238,6 @@ def test_a_stopped_call_keeps_its_figures_and_names_the_parts_left(tmp_path):
     assert 'GPU_CHECK_PARTS="mask_rcnn dist"' in out
     # the part's processes ended with it
     time.sleep(1)
-    ps = subprocess.run(['ps', '-eo', 'args'],
-                        capture_output=True,
+    ps = subprocess.run(['ps', '-eo', 'args'], capture_output=True,
                         text=True).stdout
     assert str(tmp_path / 'parts/mask_rcnn.json') not in ps

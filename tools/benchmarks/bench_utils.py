@@ -227,8 +227,8 @@ class StepClock:
             self._events[1].synchronize()
         self.wall_s = time.perf_counter() - self._start
         self.device_s = (
-            self._events[0].elapsed_time(self._events[1]) / 1e3
-            if self.cuda else self.wall_s)
+            self._events[0].elapsed_time(self._events[1]) /
+            1e3 if self.cuda else self.wall_s)
 
 
 def reset_peak_memory(device) -> None:
@@ -260,8 +260,7 @@ def quartiles(values: Sequence[float]) -> Dict[str, float]:
     if len(vals) == 1:
         q25 = med = q75 = vals[0]
     else:
-        q25, med, q75 = statistics.quantiles(
-            vals, n=4, method='inclusive')
+        q25, med, q75 = statistics.quantiles(vals, n=4, method='inclusive')
     return dict(
         median=med,
         q25=q25,
@@ -283,5 +282,4 @@ def bootstrap_ratio(num: Sequence[float],
         statistics.median(rng.choices(num, k=len(num))) /
         statistics.median(rng.choices(den, k=len(den)))
         for _ in range(resamples))
-    return (ratios[int(0.025 * resamples)],
-            ratios[int(0.975 * resamples) - 1])
+    return (ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1])

@@ -200,8 +200,9 @@ def run_ops(results: Dict) -> None:
         wall[f'aglu_silu_{name}'] = table['AGLU']['ratio']
         if dtype == torch.float32:
             wall['apa_sigmoid_float32'] = table['APA']['ratio']
-            summary.setdefault('saved', {})['aglu_float32'] = table['AGLU'][
-                'saved_over_input']
+            summary.setdefault(
+                'saved',
+                {})['aglu_float32'] = table['AGLU']['saved_over_input']
         del x, go
 
 
@@ -234,10 +235,12 @@ def run_fles(results: Dict) -> None:
             print(f'{n:>26} {ms:10.3f} ms {spread:7.1%} {ratio:6.2f}x '
                   f'saved/input {saved:.2f}')
         summary = results.setdefault('summary', {})
-        summary.setdefault('wall', {})[f'fles_gelu_{name}'] = table[
-            f'FleS 9x15 {name}']['ratio']
-        summary.setdefault('saved', {})[f'fles_{name}'] = table[
-            f'FleS 9x15 {name}']['saved_over_input']
+        summary.setdefault(
+            'wall',
+            {})[f'fles_gelu_{name}'] = table[f'FleS 9x15 {name}']['ratio']
+        summary.setdefault(
+            'saved', {}
+        )[f'fles_{name}'] = table[f'FleS 9x15 {name}']['saved_over_input']
     results['fles'] = table
 
 
@@ -360,7 +363,8 @@ def run_backbone(results: Dict, batch: int, steps: int,
             for n, c in configs.items()
         }
         models = {
-            n: Classifier(**c).to(DEVICE).train().to(
+            n:
+            Classifier(**c).to(DEVICE).train().to(
                 memory_format=torch.channels_last)
             for n, c in configs.items()
         }
@@ -402,8 +406,7 @@ def run_backbone(results: Dict, batch: int, steps: int,
         key = 'bfloat16' if amp else 'float32'
         step = results.setdefault('summary', {}).setdefault('step', {})
         step[f'se_r50_{key}'] = table[f'APA*+AGLU SE-R50 {prec}']['ratio']
-        step[f'memory_{key}'] = table[f'APA*+AGLU SE-R50 {prec}'][
-            'peak_ratio']
+        step[f'memory_{key}'] = table[f'APA*+AGLU SE-R50 {prec}']['peak_ratio']
         del models, stepf
     results['backbone'] = table
 

@@ -101,8 +101,8 @@ def lvis_shaped_counts(num_classes: int) -> List[int]:
     total = sum(LVIS_SPLIT)
     rare = round(num_classes * LVIS_SPLIT[0] / total)
     common = round(num_classes * LVIS_SPLIT[1] / total)
-    groups = ((rare, 1, 10), (common, 11, 100),
-              (num_classes - rare - common, 101, 50000))
+    groups = ((rare, 1, 10), (common, 11, 100), (num_classes - rare - common,
+                                                 101, 50000))
     counts: List[int] = []
     for n, lo, hi in groups:
         if n > 0:
@@ -136,10 +136,9 @@ def synthetic_batch(spec: Dict, seed: int = 0) -> Dict:
         y1 = rng.uniform(0, h - bh)
         boxes = np.stack([x1, y1, x1 + bw, y1 + bh], 1).astype(np.float32)
         yy, xx = np.mgrid[:h, :w]
-        masks = np.stack([((xx - (b[0] + b[2]) / 2) / ((b[2] - b[0]) / 2))**2
-                          + ((yy - (b[1] + b[3]) / 2) /
-                             ((b[3] - b[1]) / 2))**2 <= 1
-                          for b in boxes]).astype(np.uint8)
+        masks = np.stack([((xx - (b[0] + b[2]) / 2) / ((b[2] - b[0]) / 2))**2 +
+                          ((yy - (b[1] + b[3]) / 2) / ((b[3] - b[1]) / 2))**2
+                          <= 1 for b in boxes]).astype(np.uint8)
         sample = DetDataSample(
             metainfo=dict(
                 img_id=i,
@@ -154,8 +153,7 @@ def synthetic_batch(spec: Dict, seed: int = 0) -> Dict:
                 rng.integers(0, spec['classes'], k).astype(np.int64)),
             masks=BitmapMasks(masks, h, w))
         sample.ignored_instances = InstanceData(
-            bboxes=torch.zeros(0, 4), labels=torch.zeros(0,
-                                                         dtype=torch.int64))
+            bboxes=torch.zeros(0, 4), labels=torch.zeros(0, dtype=torch.int64))
         samples.append(sample)
     return dict(inputs=inputs, data_samples=samples)
 
@@ -241,8 +239,8 @@ def peak_alone(name: str, spec: Dict, batch: Dict, device: str, amp: bool,
     return peak
 
 
-def time_models(spec: Dict, batch: Dict, device: str, amp: bool,
-                steps: int, block: int, warmup: int) -> Dict[str, Dict]:
+def time_models(spec: Dict, batch: Dict, device: str, amp: bool, steps: int,
+                block: int, warmup: int) -> Dict[str, Dict]:
     """Per-step wall and device seconds of every model, alternated in
     blocks (the first model of a block rotates)."""
     models = {n: build(n, spec, device, amp) for n in CONFIGS}
@@ -348,8 +346,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     torch.manual_seed(0)
     batch = synthetic_batch(spec)
     header = dict(
-        device=(torch.cuda.get_device_name(device) if torch.device(
-            device).type == 'cuda' else 'cpu'),
+        device=(torch.cuda.get_device_name(device)
+                if torch.device(device).type == 'cuda' else 'cpu'),
         torch=torch.__version__,
         date=datetime.date.today().isoformat(),
         batch=spec,
@@ -366,8 +364,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             n: peak_alone(n, spec, batch, device, amp, args.peak_steps)
             for n in CONFIGS
         }
-        times = time_models(spec, batch, device, amp, args.steps,
-                            args.block, args.warmup)
+        times = time_models(spec, batch, device, amp, args.steps, args.block,
+                            args.warmup)
         rows = summarise(times, peaks)
         print_table(prec, rows, spec, device)
         results[prec] = rows

@@ -162,10 +162,10 @@ def main(args) -> None:
                 ratio=(bench_utils.round_ratios(times, name, base)[0]
                        if base else None),
                 baseline=base)
-            rows.append((name, bench_utils.fmt_spread(per_call, 1e6, 1),
-                         base or '', ratio, f'<= {target}' if target else ''))
-        what = ('forward + backward' if mode == 'train' else
-                'forward, eval() + no_grad')
+            rows.append((name, bench_utils.fmt_spread(per_call, 1e6, 1), base
+                         or '', ratio, f'<= {target}' if target else ''))
+        what = ('forward + backward'
+                if mode == 'train' else 'forward, eval() + no_grad')
         bench_utils.print_table(
             f'Host cost per call, {what}, float32 {tuple(args.shape)} on '
             f'{args.device}, {args.threads} thread(s), {args.calls} calls x '

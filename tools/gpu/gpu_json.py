@@ -64,16 +64,14 @@ ROWS = {
     'wall.aglu_silu_float32': ('wall time fwd+bwd (32, 256, 56, 56): AGLU / '
                                'SiLU, float32', '<= 1.3'),
     'wall.aglu_silu_bfloat16': ('the same, bfloat16', '<= 1.3'),
-    'wall.apa_sigmoid_float32': ('the same, APA / Sigmoid, float32',
-                                 '<= 1.3'),
-    'wall.fles_gelu_float32': ('FleS 9x15 / GELU (32, 256, 64, 64), float32',
-                               '<= 1.5'),
+    'wall.apa_sigmoid_float32': ('the same, APA / Sigmoid, float32', '<= 1.3'),
+    'wall.fles_gelu_float32':
+    ('FleS 9x15 / GELU (32, 256, 64, 64), float32', '<= 1.5'),
     'wall.fles_gelu_bfloat16': ('the same, bfloat16', '<= 1.5'),
     'kernel.aglu_silu_float32': ('GPU time only, fwd+bwd: AGLU / SiLU, '
                                  'float32', '<= 1.3'),
     'kernel.aglu_silu_bfloat16': ('the same, bfloat16', '<= 1.3'),
-    'saved.aglu_float32': ('saved for backward / input: AGLU, float32',
-                           '1.0'),
+    'saved.aglu_float32': ('saved for backward / input: AGLU, float32', '1.0'),
     'saved.fles_float32': ('the same, FleS, float32', '<= 1.05'),
     'saved.fles_bfloat16': ('the same, FleS, bfloat16', '<= 1.05'),
     'step.se_r50_float32': ('SE-ResNet-50 step, APA\\*+AGLU / ReLU, batch 64, '
@@ -84,8 +82,8 @@ ROWS = {
     'step.mask_rcnn_lvis_float32': ('LVIS Mask R-CNN step, APA\\*+AGLU / '
                                     'SE-ReLU, float32', '<= 1.05'),
     'step.mask_rcnn_lvis_amp': ('the same, `--amp` (float16)', '<= 1.05'),
-    'step.mask_rcnn_lvis_memory_float32': ('its peak memory, float32',
-                                           '<= 1.05'),
+    'step.mask_rcnn_lvis_memory_float32':
+    ('its peak memory, float32', '<= 1.05'),
     'step.mask_rcnn_lvis_memory_amp': ('its peak memory, `--amp`', '<= 1.05'),
 }
 
@@ -123,12 +121,13 @@ def assemble(parts_dir: Path,
     for key in HEADER:
         data[key] = (env or {}).get(key)
     parts_run: Dict[str, str] = {}
-    order = (parts_dir / 'order').read_text().split() if (
-        parts_dir / 'order').exists() else []
+    order = (parts_dir /
+             'order').read_text().split() if (parts_dir /
+                                              'order').exists() else []
     for name in order:
         status = parts_dir / f'{name}.status'
-        parts_run[name] = (status.read_text().strip()
-                           if status.exists() else 'left')
+        parts_run[name] = (
+            status.read_text().strip() if status.exists() else 'left')
         figures = parts_dir / f'{name}.json'
         if not figures.exists():
             continue
@@ -171,9 +170,9 @@ def render_table(data: Dict) -> str:
     outcome = (f'stopped from outside after {took}, no exit status'
                if check.get('exit') is None else
                f'exit {check["exit"]} after {took}')
-    lines.append(f'- Command: `bash tools/gpu/gpu_check.sh`, {outcome}; parts: ' +
-                 ('; '.join(f'{n}: {s}' for n, s in parts.items()) or '-') +
-                 '.')
+    lines.append(
+        f'- Command: `bash tools/gpu/gpu_check.sh`, {outcome}; parts: ' +
+        ('; '.join(f'{n}: {s}' for n, s in parts.items()) or '-') + '.')
     if data.get('dry_run'):
         lines.append('- A CPU dry run: no GPU figure.')
     lines += ['', '| figure | key | value | target |', '|---|---|---|---|']
