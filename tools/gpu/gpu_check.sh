@@ -10,10 +10,17 @@
 #                 GELU, bytes saved for backward (benchmark_cuda.py);
 #     kernel      GPU time alone of AGLU against SiLU (torch.profiler);
 #     se_r50      SE-ResNet-50 APA*+AGLU against ReLU training step, batch 64;
+#     cuda_kernels
+#                 the CUDA C++ row of APA / AGLU / FleS (MMACT_CUDA_KERNELS=1):
+#                 built for the local GPU (python -m mmact.ops.cuda_build),
+#                 then its tests (float64 gradcheck, equality with the
+#                 Triton and composite rows);
 #   after the build, on idle cores:
 #     host_cost, host_cost_triton
 #                 host cost per call (benchmark_overhead.py) on the default
 #                 path and on the Triton row;
+#     host_cost_cuda
+#                 the same on the CUDA C++ row;
 #     mask_rcnn   the LVIS Mask R-CNN step protocol
 #                 (benchmark_mask_rcnn_step.py: APA*+AGLU against SE-ReLU and
 #                 ReLU, float32 and --amp);
@@ -62,8 +69,10 @@ PART_TABLE=(
   "fles build"
   "kernel build"
   "se_r50 build"
+  "cuda_kernels build"
   "host_cost idle"
   "host_cost_triton idle"
+  "host_cost_cuda idle"
   "mask_rcnn idle"
   "dist idle"
 )
@@ -241,6 +250,24 @@ part_host_cost_triton() {
   env "${env[@]}" "$PYTHON" tools/benchmarks/benchmark_overhead.py \
     --device "${BENCH[1]}" "${size[@]}" --summary-key host_cost_triton \
     --json "$PARTS/host_cost_triton.json"
+}
+# The CUDA C++ row's tests; on the CPU they collect and skip (no GPU), and
+# the library is not built (tests/test_ops/test_cuda_build.py compiles it).
+CUDA_ROW_TESTS=(tests/test_ops/test_apa/test_cuda.py
+                tests/test_ops/test_fles/test_cuda.py
+                tests/test_ops/test_fles/test_cuda_routing.py)
+part_cuda_kernels() {
+  if [[ -z $DRY ]]; then
+    "$PYTHON" -m mmact.ops.cuda_build || return 1
+  fi
+  "$PYTHON" -m pytest -q -p no:cacheprovider -rs "${CUDA_ROW_TESTS[@]}"
+}
+part_host_cost_cuda() {
+  local size=("${HOST_COST_SIZE[@]}")
+  [[ -n $DRY ]] && size=(--calls 3 --repeats 2 --warmup 1)
+  MMACT_CUDA_KERNELS=1 "$PYTHON" tools/benchmarks/benchmark_overhead.py \
+    --device "${BENCH[1]}" "${size[@]}" --summary-key host_cost_cuda \
+    --json "$PARTS/host_cost_cuda.json"
 }
 needs_ops() {
   if ! ops_ok; then

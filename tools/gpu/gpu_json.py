@@ -33,6 +33,7 @@ KEYS: Dict[str, List[str]] = {
     'host_cost': ['aglu_silu', 'apa_sigmoid', 'fles_gelu'],
     'host_cost_eval': ['aglu_silu', 'apa_sigmoid', 'fles_gelu'],
     'host_cost_triton': ['aglu_silu', 'apa_sigmoid', 'fles_gelu'],
+    'host_cost_cuda': ['aglu_silu', 'apa_sigmoid', 'fles_gelu'],
     'wall': [
         'aglu_silu_float32', 'aglu_silu_bfloat16', 'apa_sigmoid_float32',
         'fles_gelu_float32', 'fles_gelu_bfloat16'
@@ -61,6 +62,11 @@ ROWS = {
                                    'row: AGLU / SiLU', '<= 3'),
     'host_cost_triton.apa_sigmoid': ('the same, APA / Sigmoid', '<= 3'),
     'host_cost_triton.fles_gelu': ('the same, FleS (global) / GELU', ''),
+    'host_cost_cuda.aglu_silu': ('host cost per call, fwd+bwd, CUDA C++ row '
+                                 '(`MMACT_CUDA_KERNELS=1`): AGLU / SiLU',
+                                 '<= 1.5'),
+    'host_cost_cuda.apa_sigmoid': ('the same, APA / Sigmoid', '<= 1.5'),
+    'host_cost_cuda.fles_gelu': ('the same, FleS (global) / GELU', '<= 3'),
     'wall.aglu_silu_float32': ('wall time fwd+bwd (32, 256, 56, 56): AGLU / '
                                'SiLU, float32', '<= 1.3'),
     'wall.aglu_silu_bfloat16': ('the same, bfloat16', '<= 1.3'),
