@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "apa_checks.h"
+#include "cuda_tensors.h"
 #include "apa_math.h"
 
 namespace {
@@ -113,7 +114,10 @@ Plan make_plan(const at::Tensor& x, int64_t dim, int64_t rows_per_sample) {
   TORCH_CHECK(p.R < (int64_t{1} << 31),
               "mmact's CUDA kernels take at most 2^31 rows of a channel ",
               "(got ", p.R, " for shape ", x.sizes(), ")");
-  const int64_t tq = tile_width(p.Q, p.axis == 0 && p.C > 1 ? 16 : 1);
+  // shared parameters: one row, so the widest tile (a narrower one would
+  // leave the tile's other rows idle)
+  const int64_t tq = p.C == 1 ? std::min<int64_t>(kTile, pow2_ceil(p.Q))
+                              : tile_width(p.Q, p.axis == 0 ? 16 : 1);
   p.tq_log2 = 0;
   while ((int64_t{1} << p.tq_log2) < tq) ++p.tq_log2;
   const int64_t tp = kTile / tq;
@@ -385,12 +389,6 @@ at::Tensor dense(const at::Tensor& x) {
   return x.is_non_overlapping_and_dense() ? x : x.contiguous();
 }
 
-// t laid out as like (same strides, like's dtype unless given).
-at::Tensor laid_out_as(const at::Tensor& t, const at::Tensor& like) {
-  if (t.strides() == like.strides() && t.scalar_type() == like.scalar_type())
-    return t;
-  return at::empty_like(like).copy_(t);
-}
 
 // A parameter gradient from the kernel's P values.
 at::Tensor to_param(const at::Tensor& grad, const at::Tensor& p) {
@@ -398,23 +396,6 @@ at::Tensor to_param(const at::Tensor& grad, const at::Tensor& p) {
                                    : grad.sum().view(p.sizes());
 }
 
-#define MMACT_DTYPES(DTYPE, ...)                                           \
-  switch (DTYPE) {                                                         \
-    case at::kFloat: {                                                     \
-      using scalar_t = float;                                              \
-      __VA_ARGS__;                                                         \
-      break;                                                               \
-    }                                                                      \
-    case at::kHalf: {                                                      \
-      using scalar_t = c10::Half;                                          \
-      __VA_ARGS__;                                                         \
-      break;                                                               \
-    }                                                                      \
-    default: {                                                             \
-      using scalar_t = c10::BFloat16;                                      \
-      __VA_ARGS__;                                                         \
-    }                                                                      \
-  }
 
 template <bool AGLU>
 at::Tensor forward_cuda(const at::Tensor& x_in, const at::Tensor& kappa,
@@ -588,8 +569,12 @@ Grads backward_rebuilt_cuda(const at::Tensor& grad_out,
               ? at::addcmul(z, *other_in, other_scale.view(coef))
               : at::add(z, *other_in);
     }
-    return backward_cuda<AGLU>(grad_out, z, kappa, lambda, lambda_min, 1,
-                               need_kappa, need_lambda);
+    // z is float32 (the coefficients are); grad_z is in grad_out's dtype,
+    // as from the kernel below
+    Grads grads = backward_cuda<AGLU>(grad_out, z, kappa, lambda, lambda_min,
+                                      1, need_kappa, need_lambda);
+    std::get<0>(grads) = std::get<0>(grads).to(grad_out.scalar_type());
+    return grads;
   }
   const at::Tensor go = laid_out_as(grad_out, src);
   const at::Tensor other = has_other ? laid_out_as(*other_in, src)

@@ -26,13 +26,6 @@ MMACT_HD static inline float apa_exp2(float t) {
 #endif
 }
 
-MMACT_HD static inline float apa_fabs(float v) {
-#ifdef __CUDA_ARCH__
-    return fabsf(v);
-#else
-    return __builtin_fabsf(v);
-#endif
-}
 
 /* log2(l) for a normal l > 0: its exponent k plus log2 of the mantissa
  * m = l / 2^k in [sqrt(1/2), sqrt(2)), as 2 atanh(s) / ln 2 with
@@ -65,7 +58,7 @@ MMACT_HD static inline float apa_arg(float lnl2, float k2, float z) {
 
 /* e = 2^-|a2|. */
 MMACT_HD static inline float apa_gate_exp(float a2) {
-    return apa_exp2(-apa_fabs(a2));
+    return apa_exp2(-mmact_fabs(a2));
 }
 
 /* log2(eta) = -sp2 / l, given -1/l. */

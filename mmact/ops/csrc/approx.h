@@ -14,6 +14,15 @@
 #define MMACT_HD
 #endif
 
+/* |v|: the GPU's instruction, the builtin on the CPU (it vectorizes). */
+MMACT_HD static inline float mmact_fabs(float v) {
+#ifdef __CUDA_ARCH__
+    return fabsf(v);
+#else
+    return __builtin_fabsf(v);
+#endif
+}
+
 /* 2^t for t <= 0, the form APA's exponentials take once the arguments are
  * scaled by log2(e) (apa.c does it on the parameters, per channel).
  * t = n + r with |r| <= 1/2, then a degree-5 polynomial fitted for relative

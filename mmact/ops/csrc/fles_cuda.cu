@@ -32,6 +32,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_tensors.h"
 #include "fles_math.h"
 
 namespace {
@@ -305,30 +306,7 @@ at::Tensor window_input(const at::Tensor& t, const Map& m, const char* name,
   return t.contiguous();
 }
 
-// t laid out as m.x (same strides and dtype), copied where it is not.
-at::Tensor laid_out_as(const at::Tensor& t, const at::Tensor& like) {
-  if (t.strides() == like.strides() && t.scalar_type() == like.scalar_type())
-    return t;
-  return at::empty_like(like).copy_(t);
-}
 
-#define FLES_DTYPES(DTYPE, ...)                                            \
-  switch (DTYPE) {                                                         \
-    case at::kFloat: {                                                     \
-      using scalar_t = float;                                              \
-      __VA_ARGS__;                                                         \
-      break;                                                               \
-    }                                                                      \
-    case at::kHalf: {                                                      \
-      using scalar_t = c10::Half;                                          \
-      __VA_ARGS__;                                                         \
-      break;                                                               \
-    }                                                                      \
-    default: {                                                             \
-      using scalar_t = c10::BFloat16;                                      \
-      __VA_ARGS__;                                                         \
-    }                                                                      \
-  }
 
 #define FLES_LAYOUTS(CL_VALUE, ...)                                        \
   if (CL_VALUE) {                                                          \
@@ -366,7 +344,7 @@ std::tuple<at::Tensor, at::Tensor> stats_cuda(const at::Tensor& x_in,
   at::Tensor ind = window_values(m), div = window_values(m);
   if (blocks(m.g) == 0) return {ind, div};
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  FLES_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, {
+  MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, {
     stats_kernel<scalar_t, kCL><<<blocks(m.g), kThreads, 0, stream>>>(
         m.x.data_ptr<scalar_t>(), ind.data_ptr<float>(),
         div.data_ptr<float>(), mode_index, m.g);
@@ -386,7 +364,7 @@ at::Tensor apply_cuda(const at::Tensor& x_in, const at::Tensor& k_ve,
   at::Tensor y = at::empty_like(m.x);
   if (blocks(m.g) == 0) return y;
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  FLES_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
+  MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
       rho.code, {
         apply_kernel<kGate, scalar_t, kCL>
             <<<blocks(m.g), kThreads, 0, stream>>>(
@@ -416,7 +394,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gate_backward_cuda(
   at::Tensor g_ve = window_values(m), g_ho = window_values(m);
   if (blocks(m.g) == 0) return {gx, g_ve, g_ho};
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  FLES_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
+  MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
       rho.code, {
         gate_backward_kernel<kGate, scalar_t, kCL>
             <<<blocks(m.g), kThreads, 0, stream>>>(
@@ -448,7 +426,7 @@ void indicator_backward_cuda(const at::Tensor& grad_x, const at::Tensor& x_in,
                                     "fles_indicator_backward");
   if (blocks(m.g) == 0) return;
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  FLES_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, {
+  MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, {
     indicator_backward_kernel<scalar_t, kCL>
         <<<blocks(m.g), kThreads, 0, stream>>>(
             m.x.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(),

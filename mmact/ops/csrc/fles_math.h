@@ -19,13 +19,6 @@
 
 #include "approx.h"
 
-MMACT_HD static inline float fles_fabs(float v) {
-#ifdef __CUDA_ARCH__
-    return fabsf(v);
-#else
-    return __builtin_fabsf(v);
-#endif
-}
 
 /* exp(x), x clamped to [-87, 88]. CPU: Cody-Waite reduction x = n ln2 + r,
  * |r| <= ln2/2, degree-5 polynomial (relative error 2e-7 in float32; plain
@@ -61,7 +54,7 @@ MMACT_HD static inline FlesRho fles_rho_sigmoid(float u) {
 /* Phi(u) = 0.5 (1 + erf(u / sqrt 2)), erf by A&S 7.1.26 on |u| / sqrt 2
  * (|error| < 1.5e-7). */
 MMACT_HD static inline FlesRho fles_rho_erf(float u) {
-    const float za = fles_fabs(u) * 0.70710678118654752f;
+    const float za = mmact_fabs(u) * 0.70710678118654752f;
     const float t = 1.0f / (1.0f + 0.3275911f * za);
     const float gauss = fles_exp(-za * za);
     float q = 1.061405429f;
