@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / 'tools/benchmarks'
@@ -305,6 +306,34 @@ def test_mask_rcnn_protocol_batch_and_class_counts(load_tool):
     again = tool.synthetic_batch(spec)
     assert all(
         (a == b).all() for a, b in zip(batch['inputs'], again['inputs']))
+
+
+def test_mask_rcnn_protocol_saved_bytes_by_part_and_dtype(load_tool):
+    """The protocol's memory breakdown: bytes autograd saves, by the part of
+    the model that saved them and by dtype; parameters left out, a storage
+    counted once, the model's outputs unchanged."""
+    tool = load_tool('tools/benchmarks/benchmark_mask_rcnn_step.py')
+    model = torch.nn.Sequential()
+    model.add_module('stem', torch.nn.Linear(8, 16))
+    model.add_module('head', torch.nn.Sequential(torch.nn.Linear(16, 4)))
+    x = torch.randn(32, 8)
+    expected = model(x)
+
+    def step():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            y = model(x)
+            assert y.shape == expected.shape  # hooks leave outputs alone
+        y.float().sum().backward()
+
+    saved = tool.saved_by_part(model, step)
+    # the stem saves x (32x8) cast to bfloat16 for its weight's gradient (x
+    # needs none, so no weight copy); the head saves its input (32x16) and
+    # its weight's bfloat16 copy (4x16); float32 parameters are not counted
+    assert saved['stem'] == {'bfloat16': 32 * 8 * 2}
+    assert saved['head.0'] == {'bfloat16': (32 * 16 + 4 * 16) * 2}
+    # the hooks are gone afterwards
+    assert not any(m._forward_hooks or m._forward_pre_hooks
+                   for m in model.modules())
 
 
 def test_step_clock_and_stats_on_the_cpu(load_tool):

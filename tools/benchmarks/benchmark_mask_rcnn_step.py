@@ -22,7 +22,12 @@ Protocol:
   baseline) and to ReLU, and a bootstrap 95 % interval of each ratio (an
   interval narrower than 5 % resolves a 5 % difference);
 - peak memory: ``torch.cuda.max_memory_allocated`` over ``--peak-steps``
-  steps of each model alone (no other model built).
+  steps of each model alone (no other model built);
+- where the memory goes: the bytes autograd saves for backward in one step
+  of each model, by part of the model (``backbone``, ``neck``,
+  ``rpn_head``, ``roi_head.mask_head``, ...) and dtype (each storage
+  counted once, parameters left out): a part that saves float32 under
+  ``--amp`` is where half precision is lost. On the CPU too.
 
 ``--device cpu --smoke`` runs the same code on the CPU at a toy size (small
 images, few instances and classes) for ``tools/gpu/gpu_check.sh``'s dry run:
@@ -239,6 +244,84 @@ def peak_alone(name: str, spec: Dict, batch: Dict, device: str, amp: bool,
     return peak
 
 
+def saved_by_part(model, step) -> Dict[str, Dict[str, int]]:
+    """Bytes autograd saves for backward while ``step()`` runs, by the
+    innermost part of ``model`` (its modules two levels down, e.g.
+    ``roi_head.bbox_head``) whose forward saved them, and by dtype.
+
+    Each storage is counted once (views of one tensor share it); parameters
+    (saved as they are) are left out, their half-precision copies under
+    autocast are not.
+
+    Args:
+        model (nn.Module): The detector.
+        step (callable): One training step of ``model``.
+
+    Returns:
+        dict: part -> dtype name -> bytes.
+    """
+    parts: List[str] = ['(outside a part)']
+
+    def leave(module, args, output) -> None:  # None: the output stays
+        parts.pop()
+
+    handles = []
+    for name, module in model.named_modules():
+        if name and name.count('.') <= 1:
+            handles.append(module.register_forward_pre_hook(
+                lambda m, a, name=name: parts.append(name)))
+            handles.append(module.register_forward_hook(leave))
+    seen = set()
+    saved: Dict[str, Dict[str, int]] = {}
+
+    def pack(t):
+        if isinstance(t, torch.nn.Parameter):
+            return t
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            by_dtype = saved.setdefault(parts[-1], {})
+            key = str(t.dtype).replace('torch.', '')
+            by_dtype[key] = by_dtype.get(key, 0) + storage.nbytes()
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            step()
+    finally:
+        for h in handles:
+            h.remove()
+    return saved
+
+
+def saved_alone(name: str, spec: Dict, batch: Dict, device: str,
+                amp: bool) -> Dict[str, Dict[str, int]]:
+    """:func:`saved_by_part` of one step of one model, no other built."""
+    gc.collect()
+    model, wrapper = build(name, spec, device, amp)
+    saved = saved_by_part(model, lambda: model.train_step(batch, wrapper))
+    del model, wrapper
+    gc.collect()
+    return saved
+
+
+def print_saved(prec: str, saved: Dict[str, Dict[str, Dict[str, int]]]
+                ) -> None:
+    """Saved MiB per part and dtype, the models side by side."""
+    keys = sorted({(part, dtype)
+                   for by_part in saved.values()
+                   for part, by_dtype in by_part.items()
+                   for dtype in by_dtype})
+    print(f'\n== saved for backward in one step, {prec}, MiB')
+    print(f'{"part":>28} {"dtype":>9} ' +
+          ' '.join(f'{n:>10}' for n in saved))
+    for part, dtype in keys:
+        print(f'{part:>28} {dtype:>9} ' + ' '.join(
+            f'{saved[n].get(part, {}).get(dtype, 0) / 2**20:10.1f}'
+            for n in saved))
+    sys.stdout.flush()
+
+
 def time_models(spec: Dict, batch: Dict, device: str, amp: bool, steps: int,
                 block: int, warmup: int) -> Dict[str, Dict]:
     """Per-step wall and device seconds of every model, alternated in
@@ -368,6 +451,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
                             args.warmup)
         rows = summarise(times, peaks)
         print_table(prec, rows, spec, device)
+        saved = {
+            n: saved_alone(n, spec, batch, device, amp)
+            for n in CONFIGS
+        }
+        print_saved(prec, saved)
+        for n in CONFIGS:
+            rows[n]['saved_bytes'] = saved[n]
         results[prec] = rows
         cand = rows[CANDIDATE]
         summary[f'mask_rcnn_lvis_{prec}'] = cand['wall_ratio_se_relu']
