@@ -50,7 +50,7 @@ from ..compat import (TRITON_MIN, is_tracing, triton_interpreter_available,
 __all__ = [
     'BackendSettings', 'TRITON_MODES', 'TRITON_DTYPES', 'settings',
     'configure', 'configure_from_env', 'using', 'use_triton', 'takes_triton',
-    'triton_launchable', 'on_change'
+    'triton_launchable', 'on_change', 'refresh'
 ]
 
 #: ``BackendSettings.triton`` values: Triton for CUDA tensors, for none,
@@ -170,6 +170,15 @@ def on_change(listener: Callable[[], None]) -> None:
         listener: A function of no arguments.
     """
     _listeners.append(listener)
+
+
+def refresh() -> None:
+    """Call the :func:`on_change` listeners with the settings unchanged:
+    what the ops cached from them is stale (the CUDA kernels were switched
+    off after a launch found no code for the GPU,
+    :func:`mmact.ops.cuda_build.unserved`)."""
+    for listener in _listeners:
+        listener()
 
 
 def _flag(name: str, meaning: str) -> bool:

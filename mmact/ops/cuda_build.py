@@ -19,8 +19,10 @@ a CUDA tensor.
 * **Architectures.** The local GPUs' (``sm_XY`` each) plus PTX of the
   highest, which newer GPUs compile at load; ``--arch`` chooses others
   (``python -m mmact.ops.cuda_build --arch 8.0 9.0``, a prebuild for a
-  cluster). CUDA 13's nvcc has no ``sm_70`` (V100): such a GPU runs the
-  Triton row.
+  cluster). A GPU newer than the toolkit (sm_120 with CUDA 12.4) is served
+  by the PTX of nvcc's highest architecture below it, compiled by the
+  driver at load (:func:`build_archs`); one older than nvcc's lowest (CUDA
+  13 has no ``sm_70``, V100) runs the Triton row.
 * **Cache.** ``$MMACT_CACHE_DIR`` (:func:`mmact.ops.cpu_build.default_cache_dir`)
   in a folder named by a build key (the sources with their headers, nvcc's
   version, torch's version, CUDA version, install and C++ ABI, the flags)
@@ -31,9 +33,12 @@ a CUDA tensor.
   written under a temporary name and renamed when whole.
 
 Anywhere the kernels cannot be built or loaded (no toolkit, another major
-version, an architecture nvcc lacks, a failed build), :func:`library`
-returns None after one log line saying why, and CUDA tensors run the Triton
-row.
+version, a GPU older than nvcc's architectures, a failed build),
+:func:`library` returns None after one log line saying why, and CUDA
+tensors run the Triton row. A launch that finds no code for its GPU (a
+driver that cannot compile the PTX) switches the kernels off with one
+warning naming the architecture, and the call runs the Triton row
+(:func:`unserved`).
 """
 import argparse
 import contextlib
@@ -49,6 +54,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -60,8 +66,8 @@ from .cpu_build import (CSRC, build_lock, default_cache_dir, load_extension,
 
 __all__ = [
     'SOURCE', 'SOURCES', 'Toolkit', 'find_toolkit', 'check_toolkit',
-    'parse_arch', 'local_archs', 'nvcc_archs', 'nvcc_flags', 'build_key',
-    'covers', 'build_library', 'library', 'main'
+    'parse_arch', 'local_archs', 'nvcc_archs', 'build_archs', 'nvcc_flags',
+    'build_key', 'covers', 'build_library', 'library', 'unserved', 'main'
 ]
 
 #: The CUDA translation unit of APA / AGLU, in
@@ -203,9 +209,35 @@ def nvcc_archs(toolkit: Toolkit) -> List[Tuple[int, int]]:
                    for m in re.findall(r'compute_(\d+)\b', out)})
 
 
-def _check_archs(archs: Sequence[Tuple[int, int]], toolkit: Toolkit) -> None:
+def build_archs(wanted: Sequence[Tuple[int, int]],
+                toolkit: Toolkit) -> List[Tuple[int, int]]:
+    """The architectures to compile for so that every ``wanted`` GPU runs
+    the library: each one nvcc has; for one it lacks, the highest it has of
+    the same major version below it (whose SASS runs there), else the
+    highest below it (its PTX, of the build's highest architecture, is
+    compiled by the driver at load: a GPU newer than the toolkit, e.g.
+    sm_120 with CUDA 12.4's compute_90).
+
+    Args:
+        wanted: compute capabilities, e.g. ``[(8, 0), (12, 0)]``.
+        toolkit: the toolkit (its ``nvcc --list-gpu-arch``).
+
+    Raises:
+        RuntimeError: a GPU older than nvcc's lowest architecture (CUDA 13
+            has no sm_70, V100), or one the build's SASS and PTX cannot
+            both serve; named, with nvcc's range.
+    """
     known = nvcc_archs(toolkit)
-    missing = [a for a in archs if a not in known]
+    built = set()
+    for arch in wanted:
+        below = [a for a in known if a <= arch]
+        same_major = [a for a in below if a[0] == arch[0]]
+        if below:
+            built.add(max(same_major or below))
+    built = sorted(built)
+    missing = [
+        a for a in wanted if not (built and covers(_arch_tag(built), a))
+    ]
     if missing:
         names = ', '.join(f'{a[0]}.{a[1]}' for a in missing)
         release = '.'.join(map(str, toolkit.version))
@@ -214,6 +246,7 @@ def _check_archs(archs: Sequence[Tuple[int, int]], toolkit: Toolkit) -> None:
             f'nvcc {release} cannot build for {names} (its lowest is '
             f'{lowest}; CUDA 13 dropped sm_70, V100): CUDA tensors run the '
             'Triton row there')
+    return built
 
 
 def _cxx_standard() -> str:
@@ -334,8 +367,8 @@ def build_library(archs: Optional[Sequence[Tuple[int, int]]] = None,
     built = finished()
     if built is not None:
         return built
-    _check_archs(wanted, toolkit)
-    build_dir = prefix + _arch_tag(wanted)
+    archs = build_archs(wanted, toolkit)
+    build_dir = prefix + _arch_tag(archs)
     os.makedirs(build_dir, exist_ok=True)
     with build_lock(build_dir):
         built = finished()  # another process built it meanwhile
@@ -344,7 +377,7 @@ def build_library(archs: Optional[Sequence[Tuple[int, int]]] = None,
         target = osp.join(build_dir, f'{_STEM}.so')
         partial = f'{target}.{os.getpid()}.tmp'
         command = [
-            toolkit.nvcc, *nvcc_flags(wanted), *_includes(source_dir),
+            toolkit.nvcc, *nvcc_flags(archs), *_includes(source_dir),
             *_link_flags(), '-o', partial,
             *(osp.join(source_dir, s) for s in SOURCES)
         ]
@@ -364,10 +397,13 @@ def build_library(archs: Optional[Sequence[Tuple[int, int]]] = None,
                 os.remove(partial)
         open(osp.join(build_dir, 'mmact-complete'), 'w').close()
     release = '.'.join(map(str, toolkit.version))
-    names = ', '.join(f'sm_{a}{b}' for a, b in wanted)
+    names = ', '.join(f'sm_{a}{b}' for a, b in archs)
+    ptx = 'compute_{}{}'.format(*max(archs))
+    jit = ''.join(f'; sm_{a}{b} runs the PTX, compiled by the driver at load'
+                  for a, b in wanted if (a, b) > max(archs))
     print_log(
-        f'mmact: built the CUDA kernels ({names} + PTX) with nvcc {release} '
-        f'in {time.perf_counter() - start:.1f} s into {build_dir}',
+        f'mmact: built the CUDA kernels ({names} + {ptx} PTX{jit}) with nvcc '
+        f'{release} in {time.perf_counter() - start:.1f} s into {build_dir}',
         logger='current',
         level=logging.INFO)
     return target
@@ -405,6 +441,46 @@ def library() -> Optional[str]:
                     level=logging.WARNING)
                 _loaded[_STEM] = None
     return _loaded[_STEM]
+
+
+#: cudaGetErrorString's words for a launch that finds no code the GPU runs:
+#: no SASS for it and no PTX below it (cudaErrorNoKernelImageForDevice), or
+#: a PTX the driver does not compile (newer than the driver, JIT failed,
+#: missing or disabled).
+_UNSERVED = ('no kernel image is available', 'unsupported toolchain',
+             'PTX JIT compil')
+
+
+def unserved(error: BaseException, device: torch.device) -> bool:
+    """Whether ``error``, raised by a call of the CUDA kernels on
+    ``device``, says the library holds no code that GPU runs (a GPU newer
+    than the toolkit whose driver cannot compile the PTX, or a prebuilt
+    library for other GPUs). If so the CUDA kernels are switched off for the
+    process with one warning naming the GPU's architecture, the ops' routes
+    are dropped (:func:`mmact.ops.backends.on_change`), and the caller runs
+    the call again, which takes the Triton row.
+
+    Args:
+        error: The exception a call of the CUDA kernels raised.
+        device: The device of the call's input.
+    """
+    if device.type != 'cuda' or not isinstance(error, RuntimeError):
+        return False
+    text = str(error)
+    if not any(words in text for words in _UNSERVED):
+        return False
+    with _lock:
+        switched = _loaded.get(_STEM) is not None
+        _loaded[_STEM] = None
+    if switched:
+        major, minor = torch.cuda.get_device_capability(device)
+        warnings.warn(
+            f'mmact: the CUDA kernels hold no code that {device} (sm_{major}'
+            f'{minor}, compute capability {major}.{minor}) runs '
+            f'({text.splitlines()[0][:200]}); APA / AGLU and FleS run the '
+            'Triton row in this process')
+        backends.refresh()
+    return True
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

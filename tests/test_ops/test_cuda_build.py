@@ -217,6 +217,30 @@ def test_missing_architecture_and_failed_build(fake_toolkit, tmp_path,
     assert len(_compiles(tmp_path)) == 2
 
 
+def test_a_gpu_newer_than_the_toolkit_runs_its_ptx(fake_toolkit, tmp_path):
+    """nvcc 12.4 (the stand-in lists compute_75 ... compute_100) and a GPU
+    it lacks: a newer one (12.0) is built for nvcc's highest architecture
+    below it, whose PTX the driver compiles at load; one between two it has
+    (8.7) takes the SASS of its major version below it; one older than the
+    lowest (7.0, V100 under CUDA 13) is refused."""
+    toolkit = find_toolkit()
+    assert cuda_build.build_archs([(12, 0)], toolkit) == [(10, 0)]
+    assert cuda_build.build_archs([(8, 0), (12, 0)], toolkit) == [(8, 0),
+                                                                  (10, 0)]
+    assert cuda_build.build_archs([(8, 7), (9, 0)], toolkit) == [(8, 6),
+                                                                 (9, 0)]
+    with pytest.raises(RuntimeError, match=r'cannot build for 7\.0 '):
+        cuda_build.build_archs([(7, 0), (9, 0)], toolkit)
+    built = build_library([(12, 0)])
+    assert osp.basename(osp.dirname(built)).endswith('_100')
+    command, = _compiles(tmp_path)
+    gencode = [w for w in command.split() if w.startswith('-gencode')]
+    assert gencode == ['-gencode=arch=compute_100,code=sm_100',
+                       '-gencode=arch=compute_100,code=compute_100']
+    assert build_library([(12, 0)]) == built  # cached: its PTX covers 12.0
+    assert len(_compiles(tmp_path)) == 1
+
+
 BUILD = """
 import sys
 from mmact.ops import cuda_build

@@ -29,6 +29,7 @@ returned in the input's dtype.
 from torch import Tensor
 
 from ...compat import is_compiling
+from .. import cuda_build
 from .dispatch import OpRowCache, run
 from .formula import aglu_reference, apa_reference
 from .params import ParamLike, clamp_lambda
@@ -62,7 +63,12 @@ def apa(x: Tensor,
     """
     entries = OpRowCache.entries  # inline: every call pays this
     if entries is not None and not is_compiling():
-        y = entries['apa'](x, kappa, lambda_, lambda_min, channel_dim)
+        try:
+            y = entries['apa'](x, kappa, lambda_, lambda_min, channel_dim)
+        except RuntimeError as e:  # a GPU the CUDA kernels hold no code for
+            if not cuda_build.unserved(e, x.device):
+                raise
+            y = None  # switched off: run() takes the Triton row
         if y is not None:  # None where the C++ entry declines the call
             return y
     return run('apa', x, kappa, lambda_, lambda_min, channel_dim)
@@ -90,7 +96,12 @@ def aglu(x: Tensor,
     """
     entries = OpRowCache.entries
     if entries is not None and not is_compiling():
-        y = entries['aglu'](x, kappa, lambda_, lambda_min, channel_dim)
+        try:
+            y = entries['aglu'](x, kappa, lambda_, lambda_min, channel_dim)
+        except RuntimeError as e:  # a GPU the CUDA kernels hold no code for
+            if not cuda_build.unserved(e, x.device):
+                raise
+            y = None  # switched off: run() takes the Triton row
         if y is not None:
             return y
     return run('aglu', x, kappa, lambda_, lambda_min, channel_dim)

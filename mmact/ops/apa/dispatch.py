@@ -12,7 +12,7 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 
-from .. import backends
+from .. import backends, cuda_build
 from ..checks import check_channel_dim, check_input
 from ..table import Implementation, wants_composite
 from ..table import run as run_fused
@@ -225,8 +225,14 @@ def run(name: str, x: Tensor, kappa: ParamLike, lambda_: ParamLike,
     impl = implementation(x, kappa, lam)
     if impl == 'op':
         OpRowCache.entries = cpu.operator_entries()
-        return OpRowCache.entries[name](x, kappa, lam, float(lambda_min),
-                                        int(channel_dim))
+        try:
+            return OpRowCache.entries[name](x, kappa, lam, float(lambda_min),
+                                            int(channel_dim))
+        except RuntimeError as e:  # a GPU the CUDA kernels hold no code for
+            if not cuda_build.unserved(e, x.device):
+                raise
+        # switched off: the table now picks the next row
+        return run(name, x, kappa, lam, lambda_min, channel_dim)
     check_params(x, kappa, lam, channel_dim)  # before any expansion
     options = (name, lambda_min, channel_dim)
     if impl == 'composite':

@@ -8,6 +8,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .. import cuda_build
 from . import cpu
 from .dispatch import (IMPLEMENTATIONS, implementation, rebuilt_implementation)
 
@@ -56,12 +57,18 @@ def _fused_rebuilt_grads(impl: str, name: str, grad_out: Tensor, kappa: Tensor,
                          other_scale: Optional[Tensor]):
     """``(grad_z, grad_kappa, grad_lambda)`` (raw parameters) from the
     kernel of ``impl`` (``'triton'`` or ``'op'``), which rebuilds the input
-    itself, or None where the Triton kernel cannot index the layout."""
+    itself, or None where the Triton kernel cannot index the layout or the
+    CUDA kernels hold no code for the GPU (switched off then)."""
     if impl == 'op':
         kappa, lam = kappa.detach(), lam.detach()  # the operator has no graph
-        return cpu.backward_rebuilt(name, grad_out, kappa, lam, lambda_min,
-                                    src, scale, shift, other, other_scale,
-                                    needs[1], needs[2])
+        try:
+            return cpu.backward_rebuilt(name, grad_out, kappa, lam, lambda_min,
+                                        src, scale, shift, other, other_scale,
+                                        needs[1], needs[2])
+        except RuntimeError as e:
+            if not cuda_build.unserved(e, src.device):
+                raise
+            return None
     from .triton import eta_backward_rebuilt  # imports triton
     # the kernels clamp lambda and write the raw parameters' gradients
     return eta_backward_rebuilt(name, grad_out, kappa, lam, lambda_min, src,

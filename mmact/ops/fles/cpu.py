@@ -46,9 +46,9 @@ from .geometry import WindowGeometry
 
 __all__ = [
     'KERNEL_GATES', 'KERNEL_MODES', 'LOOP_MACS', 'CUDA_DTYPES', 'loop_sized',
-    'operator_entry', 'cuda_routed', 'cuda_entry', 'cuda_declines',
-    'warn_declined',
-    'stats', 'apply', 'gate_backward', 'indicator_backward'
+    'operator_entry', 'cuda_routed', 'cuda_route', 'cuda_entry',
+    'cuda_declines', 'warn_declined', 'stats', 'apply', 'gate_backward',
+    'indicator_backward'
 ]
 
 #: Gates and indicator modes the kernels evaluate (others: torch): every
@@ -103,6 +103,12 @@ def cuda_routed() -> bool:
             module.fles_routes(True)
         _state['cuda'] = module is not None
     return _state['cuda']
+
+
+def cuda_route() -> Optional[bool]:
+    """What :func:`cuda_routed` decided under the settings in force, or
+    None while no CUDA map has asked (nothing built or loaded)."""
+    return _state.get('cuda')
 
 
 def cuda_entry() -> Callable:

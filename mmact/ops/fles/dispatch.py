@@ -10,7 +10,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .. import backends
+from .. import backends, cuda_build
 from ..table import wants_composite
 from . import cpu
 from .geometry import WindowGeometry
@@ -178,7 +178,12 @@ class OperatorWindows:
         entry = OperatorWindows.entry
         if window is None or entry is None:
             return None
-        return entry(x, *params, *window, gate, mode, K_HO_MIN)
+        try:
+            return entry(x, *params, *window, gate, mode, K_HO_MIN)
+        except RuntimeError as e:  # a GPU the CUDA kernels hold no code for
+            if not cuda_build.unserved(e, x.device):
+                raise
+            return None  # switched off: the caller runs the table
 
     def remember(self, x: Tensor, geom: WindowGeometry, gate: str, mode: str,
                  scale_fn: ScaleFn, params: Sequence[Tensor]) -> None:

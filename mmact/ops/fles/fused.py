@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ...compat import is_tracing
+from .. import cuda_build
 from ..profiling import label
 from ..second_derivative import differentiable_once
 from . import cpu
@@ -241,7 +242,15 @@ def fles_fused(x: Tensor,
         return fles_reference(_float(x), geom, params, gate, mode, gamma,
                               beta, eta, scale_fn).to(x.dtype)
     if plan.name == 'operator':
-        return plan.operator(x, *params, *geom.window, gate, mode, K_HO_MIN)
+        try:
+            return plan.operator(x, *params, *geom.window, gate, mode,
+                                 K_HO_MIN)
+        except RuntimeError as e:  # a GPU the CUDA kernels hold no code for
+            if not cuda_build.unserved(e, x.device):
+                raise
+        # switched off: the table now picks the next row
+        return fles_fused(x, geom, params, gate, mode, gamma, beta, eta,
+                          scale_fn, block_bytes)
     if plan.name == 'triton':
         from .triton_path import fles_triton
         return fles_triton(x, geom, params, gate, mode, scale_fn)
