@@ -2,10 +2,13 @@
 PYTHON := .venv/bin/python
 
 # make demo: the LVIS APA* Mask R-CNN and its SE-ReLU baseline, trained and
-# tested with the mission's commands on the generated LVIS v1-format set.
+# tested with the real job's launchers (tools/dist_train.sh, tools/dist_test.sh)
+# on the generated LVIS v1-format set.
 DEMO_DIR := work_dirs/demo
 DEMO_PROCS := 2
 # One thread per process: the demo's numbers repeat for a given thread count.
+# The launchers get PYTHON: the demo runs in .venv whatever environment is
+# activated (without it they would take an activated one first).
 DEMO_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 APA_TOY := configs/toy/apa_mrcnn_r50_toy.py
 SE_TOY := configs/toy/se-relu_mrcnn_r50_toy.py
@@ -27,13 +30,13 @@ demo: env
 	$(PYTHON) tools/misc/generate_toy_data.py lvis --out-dir data/ --skip-complete
 	rm -rf $(DEMO_DIR)
 	@echo "== [2/7] train APA*+AGLU ResNet-50 Mask R-CNN ($(DEMO_PROCS) processes)"
-	$(DEMO_ENV) tools/dist_train.sh $(APA_TOY) $(DEMO_PROCS) --work-dir $(APA_DIR)
+	$(DEMO_ENV) PYTHON=$(PYTHON) tools/dist_train.sh $(APA_TOY) $(DEMO_PROCS) --work-dir $(APA_DIR)
 	@echo "== [3/7] test it"
-	$(DEMO_ENV) tools/dist_test.sh $(APA_TOY) $$(cat $(APA_DIR)/last_checkpoint) $(DEMO_PROCS) --work-dir $(APA_DIR)
+	$(DEMO_ENV) PYTHON=$(PYTHON) tools/dist_test.sh $(APA_TOY) $$(cat $(APA_DIR)/last_checkpoint) $(DEMO_PROCS) --work-dir $(APA_DIR)
 	@echo "== [4/7] train the SE-ReLU ResNet-50 baseline"
-	$(DEMO_ENV) tools/dist_train.sh $(SE_TOY) $(DEMO_PROCS) --work-dir $(SE_DIR)
+	$(DEMO_ENV) PYTHON=$(PYTHON) tools/dist_train.sh $(SE_TOY) $(DEMO_PROCS) --work-dir $(SE_DIR)
 	@echo "== [5/7] test it"
-	$(DEMO_ENV) tools/dist_test.sh $(SE_TOY) $$(cat $(SE_DIR)/last_checkpoint) $(DEMO_PROCS) --work-dir $(SE_DIR)
+	$(DEMO_ENV) PYTHON=$(PYTHON) tools/dist_test.sh $(SE_TOY) $$(cat $(SE_DIR)/last_checkpoint) $(DEMO_PROCS) --work-dir $(SE_DIR)
 	@echo "== [6/7] learned APA / AGLU parameters and curves"
 	$(DEMO_ENV) $(PYTHON) tools/analysis/plot_activations.py $(APA_TOY) $$(cat $(APA_DIR)/last_checkpoint) --out-dir $(DEMO_DIR)/apa_activations
 	@echo "== [7/7] side by side"
@@ -63,8 +66,8 @@ docs: env
 	rm -rf docs/_build
 	$(PYTHON) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
-# The users' stack (README, "Supported versions"): torch 2.1.2, Triton 2.1,
-# numpy < 2, in .venv-torch2.1/. CI runs it after `make test`, with the
+# The users' stack (docs/get_started.md, "Supported versions"): torch 2.1.2,
+# Triton 2.1, numpy < 2, in .venv-torch2.1/. CI runs it after `make test`, with the
 # config sweep (every shipped config trains a step and evaluates) cut to the
 # toy configs and configs/lvis/apa_mrcnn_r50.py, and without the tests
 # marked stack_independent (setup.cfg: their outcome cannot depend on torch

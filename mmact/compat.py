@@ -8,8 +8,8 @@ of mmact (and its tests) uses the names below. ``tests/test_compat.py``
 fails when code elsewhere calls one of the version-dependent APIs listed in
 :data:`VERSIONED_APIS` directly.
 
-CI tests two stacks (README, "Supported versions"): torch 2.1.2 with Triton
-2.1 and numpy 1, and torch 2.14.1 with Triton 3.x and numpy 2.
+CI tests two stacks (docs/get_started.md, "Supported versions"): torch 2.1.2
+with Triton 2.1 and numpy 1, and torch 2.14.1 with Triton 3.x and numpy 2.
 """
 import contextlib
 import functools
@@ -86,8 +86,9 @@ def check_torch(version: str = torch.__version__) -> None:
         floor = '.'.join(map(str, TORCH_MIN))
         raise ImportError(
             f'mmact needs torch>={floor}; torch {version} is installed. '
-            f'CI tests torch {" and ".join(TORCH_TESTED)} (README, '
-            f'"Supported versions"): pip install "torch>={floor}"')
+            f'CI tests torch {" and ".join(TORCH_TESTED)} '
+            '(docs/get_started.md, "Supported versions"): pip install '
+            f'"torch>={floor}"')
 
 
 check_torch()
@@ -291,8 +292,9 @@ def check_mmcv() -> None:
             'They were built against another torch (pip reuses cached mmcv '
             'wheels whatever the torch version). Run tools/setup_env.sh, or '
             'rebuild: pip uninstall mmcv; MMCV_WITH_OPS=1 pip install '
-            '--no-cache-dir --no-build-isolation mmcv==2.1.0 (see README, '
-            '"Installation").') from error
+            '--no-cache-dir --no-build-isolation mmcv==2.1.0 (see '
+            'docs/faq.md, "mmcv does not fit the installed torch").'
+        ) from error
 
 
 class _NumpyWithAliases(types.ModuleType):

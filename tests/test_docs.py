@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from mmact.registry import registered_components
+from mmact.testing.doc_text import blank_code
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / 'docs'
@@ -77,18 +78,9 @@ SESSION = re.compile(r'\bsessions?\b', re.I)
 ISSUE = re.compile(r'(?<![\w/&])#\d+\b')
 
 
-def _prose(text: str) -> str:
-    """``text`` with code blocks and code spans blanked (lines kept)."""
-    text = re.sub(r'^```.*?^```',
-                  lambda m: '\n' * m.group(0).count('\n'),
-                  text,
-                  flags=re.M | re.S)
-    return re.sub(r'`[^`\n]*`', '', text)
-
-
 def process_talk(text: str) -> list:
     """``(line, phrase)`` of every process phrase of a page."""
-    code_blanked = _prose(text)
+    code_blanked = blank_code(text)
     found = [(m, text) for m in PROCESS.finditer(text)]
     found += [(m, code_blanked) for m in SESSION.finditer(code_blanked)]
     found += [(m, code_blanked) for m in ISSUE.finditer(code_blanked)

@@ -119,7 +119,8 @@ def assert_activation_params_not_decayed(model, optimizer):
     modules (APA/AGLU kappa and lambda, AReLU alpha/beta, IGLU sigma, FleS
     biases and indicator coefficients). Weight matrices (ndim >= 2, the two
     linear layers inside FleS) are ordinary linear weights and follow the
-    optimizer's default decay (projects/fles/README.md, "Weight decay").
+    optimizer's default decay (projects/fles/README.md, "Configs", its
+    weight decay item).
     """
     group_of = {
         id(p): group

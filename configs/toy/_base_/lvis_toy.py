@@ -40,9 +40,9 @@ toy_model = dict(
     # start at zero: a zero-initialised branch passes no gradient to its
     # activations and attention gates, which would then hardly train in
     # the demo's 84 iterations. init_cfg=[]: the backbone runs no init of
-    # its own, every layer keeps PyTorch's default initialisation (as when
-    # these configs were written; in mmdet's registry, init_cfg=None means
-    # mmdet's Kaiming init instead).
+    # its own, every layer keeps PyTorch's default initialisation (the demo's
+    # table is of that initialisation; in mmdet's registry, init_cfg=None
+    # means mmdet's Kaiming init instead).
     backbone=dict(
         init_cfg=[],
         frozen_stages=-1,

@@ -26,7 +26,8 @@ __all__ = [
 
 GENERATE_HINT = ('Generate the small built-in datasets with '
                  '`python tools/misc/generate_toy_data.py --out-dir data/`, '
-                 'or place the real dataset there (README, "Datasets").')
+                 'or place the real dataset there '
+                 '(docs/user_guides/datasets.md, "2. Lay them out").')
 
 # mmpretrain datasets that read the folder named by ``split`` when no
 # ``data_prefix`` is given.
