@@ -425,10 +425,15 @@ def _authors_lvis_release(path: Path) -> None:
     torch.save({'state_dict': state, 'meta': {'epoch': 24}}, path)
 
 
+#: the authors' LVIS R50 detector converted, named as the model zoo names it
+AUTHORS_LVIS_R50 = ('work_dirs/authors/mask-rcnn_apase-aglu-r50_fpn_gol-'
+                    'normmask_8xb2-rfs-ms-2x_lvis-v1.pth')
+
+
 @runs(
     'docs/user_guides/checkpoints.md',
-    'python tools/model_converters/apa_to_mmact.py epoch_24.pth '
-    'work_dirs/authors/lvis_r50.pth')
+    'python tools/model_converters/apa_to_mmact.py epoch_24.pth ' +
+    AUTHORS_LVIS_R50)
 def run_authors_conversion(block: DocBlock, cwd: Path, monkeypatch) -> None:
     """The conversion runs on a file in their layout; the test command
     (LVIS, 8 GPUs) is checked."""
@@ -437,7 +442,7 @@ def run_authors_conversion(block: DocBlock, cwd: Path, monkeypatch) -> None:
     converted = run_shell(block._replace(text=convert), cwd)
     config = re.search(r'loads with strict=True into (\S+);', converted)[1]
     assert config in test
-    assert (cwd / 'work_dirs/authors/lvis_r50.pth').is_file()
+    assert (cwd / AUTHORS_LVIS_R50).is_file()
     for command in shell_commands(test.split('\n', 1)[1]):
         check_command(command, monkeypatch)
 
@@ -455,7 +460,7 @@ def run_fine_tune(block: DocBlock, cwd: Path, monkeypatch) -> None:
     _authors_lvis_release(cwd / 'epoch_24.pth')
     subprocess.run([
         sys.executable, REPO / 'tools/model_converters/apa_to_mmact.py',
-        'epoch_24.pth', 'work_dirs/authors/lvis_r50.pth', '--no-validate'
+        'epoch_24.pth', AUTHORS_LVIS_R50, '--no-validate'
     ],
                    cwd=cwd,
                    check=True,
@@ -469,7 +474,7 @@ def run_fine_tune(block: DocBlock, cwd: Path, monkeypatch) -> None:
     (cwd / config).parent.mkdir(parents=True)
     toy.dump(str(cwd / config))
     out = run_shell(block, cwd, replace={' 8 ': ' 1 '}, with_stderr=True)
-    assert f'load_from {"work_dirs/authors/lvis_r50.pth"!r} holds the ' \
+    assert f'load_from {AUTHORS_LVIS_R50!r} holds the ' \
         'backbone.* weights it would initialise, so it is skipped' in out
 
 
