@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 #: ``PAGE, "Section"`` (the README by its name, other pages by path)
 POINTER = re.compile(r'(?P<page>\bREADME(?:\.md)?|\b[\w./-]+\.md),\s+'
                      r'"(?P<title>[^"]{1,120}?)"')
+#: ``page.md §5``: a numbered section of the page or of its sub-pages
+#: (``docs/design.md §5`` is ``docs/design/environment.md``, "5. Environment")
+NUMBERED = re.compile(
+    r'(?P<page>\b[\w./-]+\.md)\s+§\s*(?P<number>\d+(?:\.\d+)*)')
 #: ``page.md#anchor`` (a markdown link, or a path in a message)
 LINK = re.compile(r'(?:\]\((?P<link>[^)#\s]*)|(?P<path>\b[\w./-]+\.md))'
                   r'#(?P<anchor>[\w-]+)')
@@ -53,6 +57,18 @@ def broken_pointers(texts: List[SourceText], root: Path) -> Dict[str, str]:
                         f'{title!r}; its sections: {shown}')
 
     for text in texts:
+        for m in NUMBERED.finditer(text.text):
+            page = _page(m['page'], text.path, root)
+            numbers = [
+                title.split()[0].rstrip('.')
+                for path in [page, *sorted(page.with_suffix('').glob('*.md'))]
+                if path.is_file() for title in headings(path.read_text())
+            ]
+            if m['number'] not in numbers:
+                found[f'{text.path}:{text.line_at(m.start())}'] = (
+                    f'{m["page"]} and its sub-pages have no section '
+                    f'{m["number"]}; their numbers: '
+                    f'{sorted(n for n in numbers if n[0].isdigit())}')
         for m in POINTER.finditer(text.text):
             check(text, m.start(), _page(m['page'], text.path, root),
                   ' '.join(m['title'].split()), False)
@@ -78,7 +94,10 @@ def test_a_pointer_to_a_missing_section_is_found(tmp_path):
     (tmp_path / 'tool.py').write_text(
         '"""Tool."""\n# the users\' stack (README,\n# "Install")\n'
         "ERROR = (f'{1} (see README, '\n         '\"Supported versions\")')\n"
-        "OTHER = 'docs/missing.md, \"Any\"'\n")
+        "OTHER = 'docs/missing.md, \"Any\"'\n"
+        "# the stacks (docs/guide.md §2; docs/guide.md §3)\n")
+    (tmp_path / 'docs/guide').mkdir()
+    (tmp_path / 'docs/guide/part.md').write_text('# 2. Part\n')
     texts = [
         SourceText(p, 1, (tmp_path / p).read_text())
         for p in ('README.md', 'docs/guide.md')
@@ -87,11 +106,18 @@ def test_a_pointer_to_a_missing_section_is_found(tmp_path):
     texts += list(_python_texts('tool.py', (tmp_path / 'tool.py').read_text()))
     has = "its sections: ['Tool', 'Install and use']"
     assert broken_pointers(texts, tmp_path) == {
-        'docs/guide.md:3': "README.md has no section 'install'; its sections:"
+        'docs/guide.md:3':
+        "README.md has no section 'install'; its sections:"
         " ['tool', 'install-and-use']",
-        'tool.py:2': f"README.md has no section 'Install'; {has}",
-        'tool.py:4': f"README.md has no section 'Supported versions'; {has}",
-        'tool.py:6': 'no page docs/missing.md',
+        'tool.py:2':
+        f"README.md has no section 'Install'; {has}",
+        'tool.py:4':
+        f"README.md has no section 'Supported versions'; {has}",
+        'tool.py:6':
+        'no page docs/missing.md',
+        'tool.py:7':
+        'docs/guide.md and its sub-pages have no section 3; '
+        "their numbers: ['2']",
     }
 
 
