@@ -391,7 +391,7 @@ def test_sources_compile_for_sm80_and_sm90(tmp_path):
     ops = ['apa', 'aglu', 'apa_backward', 'aglu_backward',
            'apa_backward_rebuilt', 'aglu_backward_rebuilt', 'fles_stats',
            'fles_apply', 'fles_gate_backward', 'fles_indicator_backward',
-           'fles']
+           'fles_input_backward', 'fles']
     code = ('import json, sys, torch\n'
             'from mmact.ops import cpu_build\n'
             'assert cpu_build.load_extension() is not None\n'

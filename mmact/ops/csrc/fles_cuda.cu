@@ -1,9 +1,10 @@
 // CUDA kernels of FleS's pixel passes, registered for the pass operators
 // fles_op.cpp defines (TORCH_LIBRARY_IMPL(mmact, CUDA)): mmact::fles_stats,
-// fles_apply, fles_gate_backward, fles_indicator_backward. The C++ node of
-// mmact::fles (fles_op.cpp) calls them through the dispatcher around the
-// scale MLP's ATen calls; built by mmact.ops.cuda_build into the same
-// library as apa_cuda.cu.
+// fles_apply, fles_gate_backward, fles_indicator_backward and
+// fles_input_backward (CUDA only: both backward terms at once). The C++
+// node of mmact::fles (fles_op.cpp) calls them through the dispatcher
+// around the scale MLP's ATen calls; built by mmact.ops.cuda_build into the
+// same library as apa_cuda.cu.
 //
 // The element math is fles_math.h's, the C kernels' own. Maps are
 // (N, C, H, W) in NCHW or channels-last storage (others are made
@@ -15,8 +16,11 @@
 // 8 pixel lanes (channels last: a warp reads 32 adjacent channels), so a
 // thread reads its window's scales once and a window's sums are each
 // lane's, then a fixed-order sum over the lanes in shared memory:
-// deterministic, no atomics. Half precision is read and written in its
-// dtype and computed in float32.
+// deterministic, no atomics. Window sums accumulate in double, as fles.c
+// sums a window of one band (a 200x304 global window is 1,900 values per
+// lane in NCHW, 7,600 channels-last). Half precision is read and written in
+// its dtype and computed in float32; its grad_x is rounded once
+// (input_backward_kernel).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -110,16 +114,16 @@ __device__ __forceinline__ void for_pixels(const Geo& g, const Place& p,
 }
 
 // The sum of v over the pixel lanes of each channel, in a fixed order;
-// valid in the threads of lane 0. s: kThreads floats of shared memory.
+// valid in the threads of lane 0. s: kThreads doubles of shared memory.
 template <bool CL>
-__device__ __forceinline__ float lane_sum(float v, float* s,
-                                          const Place& p) {
+__device__ __forceinline__ double lane_sum(double v, double* s,
+                                           const Place& p) {
   constexpr int NC = channels_per_block<CL>();
   constexpr int NP = kThreads / NC;
   __syncthreads();  // s may still be read by a previous sum
   s[p.lane * NC + p.channel] = v;
   __syncthreads();
-  float total = 0.0f;
+  double total = 0.0;
   if (p.lane == 0) {
     for (int q = 0; q < NP; ++q) total += s[q * NC + p.channel];
   }
@@ -136,9 +140,9 @@ template <typename T, bool CL>
 __global__ void __launch_bounds__(kThreads)
     stats_kernel(const T* __restrict__ x, float* __restrict__ ind,
                  float* __restrict__ div, int64_t mode, Geo g) {
-  __shared__ float s[kThreads];
+  __shared__ double s[kThreads];
   const Place p = place<CL>(g);
-  float sum = 0.0f, count = 0.0f;
+  double sum = 0.0, count = 0.0;
   if (p.valid) {
     for_pixels<CL>(g, p, [&](int64_t i) {
       const float v = load(x, i);
@@ -149,9 +153,10 @@ __global__ void __launch_bounds__(kThreads)
   sum = lane_sum<CL>(sum, s, p);
   count = lane_sum<CL>(count, s, p);
   if (p.lane == 0 && p.valid) {
-    const float d = fles_divisor(mode == 0 ? count : (float)(p.rows * p.cols));
+    const float d = fles_divisor(static_cast<float>(
+        mode == 0 ? count : static_cast<double>(p.rows * p.cols)));
     div[p.win] = d;
-    ind[p.win] = sum * (1.0f / d);
+    ind[p.win] = static_cast<float>(sum * (1.0f / d));
   }
 }
 
@@ -178,9 +183,10 @@ __global__ void __launch_bounds__(kThreads)
                          const float* __restrict__ ko, float cst,
                          float* __restrict__ g_ve, float* __restrict__ g_ho,
                          Geo g) {
-  __shared__ float s[kThreads];
+  __shared__ double s[kThreads];
   const Place p = place<CL>(g);
-  float sa = 0.0f, sb = 0.0f, sv = 0.0f;
+  double sa = 0.0, sb = 0.0;
+  float sv = 0.0f;
   if (p.valid) {
     sv = kv[p.win];
     const float so = cst * ko[p.win];
@@ -197,8 +203,8 @@ __global__ void __launch_bounds__(kThreads)
   sa = lane_sum<CL>(sa, s, p);
   sb = lane_sum<CL>(sb, s, p);
   if (p.lane == 0 && p.valid) {
-    g_ve[p.win] = sa;
-    g_ho[p.win] = sb * (cst * sv);
+    g_ve[p.win] = static_cast<float>(sa);
+    g_ho[p.win] = static_cast<float>(sb * (cst * sv));
   }
 }
 
@@ -214,6 +220,30 @@ __global__ void __launch_bounds__(kThreads)
   const float q = gind[p.win] / div[p.win];
   for_pixels<CL>(g, p, [&](int64_t i) {
     gx[i] = static_cast<T>(load(gx, i) + fles_ind_grad(mode, load(x, i), q));
+  });
+}
+
+// grad_x whole: the gate term (gate_backward_kernel's) plus the indicator
+// term of the pixel's window, added in float32 and stored once. The node
+// takes it for half maps, whose grad_x would otherwise be rounded to the
+// half type by the gate pass and again after the indicator's addition.
+template <int GATE, typename T, bool CL>
+__global__ void __launch_bounds__(kThreads)
+    input_backward_kernel(const T* __restrict__ x, const T* __restrict__ go,
+                          T* __restrict__ gx, const float* __restrict__ kv,
+                          const float* __restrict__ ko, float cst,
+                          const float* __restrict__ gind,
+                          const float* __restrict__ div, int64_t mode,
+                          Geo g) {
+  const Place p = place<CL>(g);
+  if (!p.valid) return;
+  const float sv = kv[p.win], so = cst * ko[p.win];
+  const float q = gind[p.win] / div[p.win];
+  for_pixels<CL>(g, p, [&](int64_t i) {
+    const float xv = load(x, i);
+    const float u = so * xv;
+    const float gate = fles_gate_grad(load(go, i), sv, u, fles_rho(GATE, u));
+    gx[i] = static_cast<T>(gate + fles_ind_grad(mode, xv, q));
   });
 }
 
@@ -435,6 +465,44 @@ void indicator_backward_cuda(const at::Tensor& grad_x, const at::Tensor& x_in,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+at::Tensor input_backward_cuda(const at::Tensor& x_in,
+                               const at::Tensor& grad_out,
+                               const at::Tensor& k_ve, const at::Tensor& k_ho,
+                               const at::Tensor& g_ind,
+                               const at::Tensor& div_in, int64_t kh,
+                               int64_t kw, c10::string_view gate,
+                               c10::string_view mode) {
+  const GateCode& rho = find_gate(gate);
+  const int64_t mode_index = find_mode(mode);
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const Map m = map_of(x_in, kh, kw, "fles_input_backward");
+  TORCH_CHECK(grad_out.sizes() == x_in.sizes() &&
+                  grad_out.device() == x_in.device(),
+              "mmact::fles_input_backward on CUDA takes a grad_out of x's ",
+              "shape ", x_in.sizes(), " on ", x_in.device(), " (got ",
+              grad_out.sizes(), " on ", grad_out.device(), ")");
+  const at::Tensor go = laid_out_as(grad_out, m.x);
+  const char* op = "fles_input_backward";
+  const at::Tensor kv = window_input(k_ve, m, "k_ve", op),
+                   ko = window_input(k_ho, m, "k_ho", op),
+                   q = window_input(g_ind.to(at::kFloat), m, "g_ind", op),
+                   d = window_input(div_in, m, "div", op);
+  at::Tensor gx = at::empty_like(m.x);
+  if (blocks(m.g) == 0) return gx;
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
+      rho.code, {
+        input_backward_kernel<kGate, scalar_t, kCL>
+            <<<blocks(m.g), kThreads, 0, stream>>>(
+                m.x.data_ptr<scalar_t>(), go.data_ptr<scalar_t>(),
+                gx.data_ptr<scalar_t>(), kv.data_ptr<float>(),
+                ko.data_ptr<float>(), rho.cst, q.data_ptr<float>(),
+                d.data_ptr<float>(), mode_index, m.g);
+      })));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return gx;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mmact, CUDA, m) {
@@ -442,4 +510,5 @@ TORCH_LIBRARY_IMPL(mmact, CUDA, m) {
   m.impl("fles_apply", apply_cuda);
   m.impl("fles_gate_backward", gate_backward_cuda);
   m.impl("fles_indicator_backward", indicator_backward_cuda);
+  m.impl("fles_input_backward", input_backward_cuda);
 }

@@ -252,6 +252,11 @@ using GateBackwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
 using IndicatorBackwardOp = void(const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, const at::Tensor&,
                                  int64_t, int64_t, c10::string_view);
+using InputBackwardOp = at::Tensor(const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&,
+                                   int64_t, int64_t, c10::string_view,
+                                   c10::string_view);
 
 template <typename F>
 c10::TypedOperatorHandle<F> pass_op(const char* name) {
@@ -349,7 +354,9 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
 
   // The CUDA branch: gate backward (grad_x in x's dtype and layout, the
   // scales' window gradients), the MLP's VJP, the indicator's term added
-  // into grad_x.
+  // into grad_x; a half map's grad_x is then computed whole by the input
+  // pass (both terms in float32, one rounding; its gate pass's grad_x is
+  // not read).
   variable_list backward_cuda(const at::Tensor& go, const at::Tensor& x,
                               const at::Tensor& w2,
                               const std::array<bool, 5>& need) {
@@ -357,6 +364,8 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
         pass_op<GateBackwardOp>("mmact::fles_gate_backward");
     static const auto indicator_backward =
         pass_op<IndicatorBackwardOp>("mmact::fles_indicator_backward");
+    static const auto input_backward =
+        pass_op<InputBackwardOp>("mmact::fles_input_backward");
     at::Tensor gx, g_ve, g_ho;
     std::tie(gx, g_ve, g_ho) = stage("fles.bwd.gate", [&] {
       return gate_backward.call(x, go, mlp_cuda_->k_ve, mlp_cuda_->k_ho, kh_,
@@ -366,7 +375,13 @@ struct FleSBackward final : public torch::autograd::TraceableFunction {
       return mlp_cuda_->vjp(g_ve, g_ho, w2, need);
     });
     stage("fles.bwd.indicator", [&] {
-      indicator_backward.call(gx, x, out[0], div_, kh_, kw_, kModes[mode_]);
+      if (x.scalar_type() == at::kFloat) {
+        indicator_backward.call(gx, x, out[0], div_, kh_, kw_, kModes[mode_]);
+      } else {
+        gx = input_backward.call(x, go, mlp_cuda_->k_ve, mlp_cuda_->k_ho,
+                                 out[0], div_, kh_, kw_, gate_->name,
+                                 kModes[mode_]);
+      }
     });
     out[0] = should_compute_output(0) ? gx : at::Tensor();
     return out;
@@ -651,6 +666,10 @@ TORCH_LIBRARY_FRAGMENT(mmact, m) {
         "Tensor k_ho, int kh, int kw, str gate) -> (Tensor, Tensor, Tensor)");
   m.def("fles_indicator_backward(Tensor(a!) grad_x, Tensor x, Tensor g_ind, "
         "Tensor div, int kh, int kw, str mode) -> ()");
+  // CUDA maps only (fles_cuda.cu): grad_x of both passes at once
+  m.def("fles_input_backward(Tensor x, Tensor grad_out, Tensor k_ve, "
+        "Tensor k_ho, Tensor g_ind, Tensor div, int kh, int kw, str gate, "
+        "str mode) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mmact, CPU, m) {

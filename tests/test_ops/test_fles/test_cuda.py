@@ -179,6 +179,57 @@ def test_backward_is_deterministic():
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_half_grad_x_is_rounded_once(dtype, channels_last):
+    """A half map's grad_x is the input pass's float32 sum of both terms
+    rounded once: the float32 map's pass on the same values, rounded; the
+    node returns it."""
+    geom = window_geometry(13, 17, (5, 4))
+    x, params, go = case(13, 17, seed=8)
+    x, go = x.to(dtype), go.to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    ind, div = torch.ops.mmact.fles_stats(x, *geom.window, 'positive')
+    k_ve, k_ho = torch.rand_like(ind) + 0.5, torch.rand_like(ind) + 0.5
+    g_ind = torch.randn_like(ind)
+    args = (k_ve, k_ho, g_ind, div, *geom.window, 'erf', 'positive')
+    half = torch.ops.mmact.fles_input_backward(x, go, *args)
+    single = torch.ops.mmact.fles_input_backward(x.float(), go.float(), *args)
+    assert half.dtype == dtype and half.stride() == x.stride()
+    assert torch.equal(half, single.to(dtype))
+    xr = x.detach().requires_grad_()
+    y = torch.ops.mmact.fles(xr, *params, *geom.window, 'erf', 'positive',
+                             K_HO_MIN)
+    gx, = torch.autograd.grad(y, xr, go)
+    want = reference(x.float(), params, go.float(), geom, 'erf', 'positive',
+                     'shared')[1]
+    assert rel(gx, want) < TOL[dtype]
+
+
+def test_global_window_sums_in_double():
+    """A 200x304 global window (1,900 values per lane in NCHW, 7,600
+    channels-last): the window sums in double, the float32 map's indicator
+    and scale gradients within a few ulps of float64's, in both layouts."""
+    geom = window_geometry(200, 304, (200, 304))
+    x, _, go = case(200, 304, n=1, c=8, seed=9)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        xl, gl = (t.contiguous(memory_format=layout) for t in (x, go))
+        ind, div = torch.ops.mmact.fles_stats(xl, *geom.window, 'positive')
+        positive = (x >= 0).double()
+        want = (x.double().clamp_min(0).sum((-2, -1)) /
+                positive.sum((-2, -1))).view_as(ind)
+        assert (ind.double() - want).abs().max() <= 4e-7 * want.abs().max()
+        k = torch.full_like(ind, 0.8)
+        _, g_ve, _ = torch.ops.mmact.fles_gate_backward(
+            xl, gl, k, k, *geom.window, 'sigmoid')
+        u = 0.8 * x.double()
+        want = (go.double() * x.double() * torch.sigmoid(u)).sum(
+            (-2, -1)).view_as(g_ve)
+        scale = (go.double() * x.double()).abs().sum((-2, -1)).max()
+        assert (g_ve.double() - want).abs().max() <= 4e-7 * scale
+
+
 def test_current_stream():
     """The kernels run on the current stream."""
     geom = window_geometry(20, 20, (20, 20))
