@@ -7,7 +7,7 @@ import logging
 import sys
 import warnings
 from copy import deepcopy
-from typing import Optional
+from typing import Optional, Tuple
 
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
@@ -25,6 +25,8 @@ from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
 from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    check_datasets, unknown_type_hint,
                                    use_checked_datasets)
+from mmact.utils.refusal import (INPUT_ERRORS, Refused, one_line, refusing,
+                                 run_tool)
 from mmact.utils.tool_args import (add_runner_arguments, parse_runner_args,
                                    runner_config)
 
@@ -91,8 +93,8 @@ def enable_visualization(cfg: Config,
     """
     hook = cfg.get('default_hooks', {}).get('visualization')
     if hook is None:
-        raise RuntimeError('--show / --show-dir need '
-                           'default_hooks.visualization in the config.')
+        raise ValueError('--show / --show-dir need '
+                         'default_hooks.visualization in the config.')
     if hook['type'].split('.')[-1] == 'DetVisualizationHook':
         hook.update(draw=True)
         if show_dir:
@@ -166,18 +168,19 @@ def main() -> None:
     # SIGTERM / SIGUSR1 stop where they land: nothing here is worth saving
     STOP_SIGNALS.install(DEFAULT_STOP_SIGNALS)
     try:
-        with safe_checkpoint_loading(args.trust_checkpoint):
+        with safe_checkpoint_loading(args.trust_checkpoint), \
+                refusing(UnsafeCheckpointError, CheckpointLoadError):
             evaluate(args)
     except Preempted as stop:  # before any process group
         report_stop(stop, args.launcher)
         sys.exit(PREEMPTED_EXIT_CODE)
-    except (UnsafeCheckpointError, CheckpointLoadError) as error:
-        sys.exit(f'mmact: {error}')
 
 
-def evaluate(args: argparse.Namespace) -> None:
-    """Check the checkpoint, the data and the config, then test."""
-    end_with_launcher(args.launcher)  # a killed torchrun ends its workers
+@refusing(*INPUT_ERRORS, ImportError)
+def checked_config(args: argparse.Namespace) -> Tuple[Config, dict]:
+    """The run's config, once the checkpoint, the options and the data
+    passed their checks (nothing is written until then), and the checked
+    datasets."""
     check_mmcv()  # mmcv ops built for another torch: say how to fix
     cfg = runner_config(args)
     write_metrics_once(cfg)
@@ -187,12 +190,24 @@ def evaluate(args: argparse.Namespace) -> None:
         enable_visualization(cfg, args.show_dir, args.show, args.wait_time)
     if args.tta:
         enable_tta(cfg)
-    if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
-        raise ValueError(f'--out must name a .pkl file, got {args.out!r}')
+    if args.out is not None:
+        if not args.out.endswith(('.pkl', '.pickle')):
+            raise ValueError(f'--out must name a .pkl file, got {args.out!r}')
+        scope = cfg.get('default_scope', 'mmdet')
+        if scope not in DUMP_METRICS:
+            raise ValueError(f'--out supports default_scope in '
+                             f'{sorted(DUMP_METRICS)}, got {scope!r}')
     check_data_paths(cfg, ('test', ))
     # samples vs the heads, before the model is built; the Runner reuses them
     datasets = check_datasets(
         cfg, ('test', ), warn=is_launcher_main(args.launcher))
+    return cfg, datasets
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    """Check the checkpoint, the data and the config, then test."""
+    end_with_launcher(args.launcher)  # a killed torchrun ends its workers
+    cfg, datasets = checked_config(args)
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
         dict(type='CheckpointKeysHook', strict=not args.allow_partial)
@@ -203,28 +218,27 @@ def evaluate(args: argparse.Namespace) -> None:
             RUNNERS.build(cfg)
         use_checked_datasets(runner, datasets)
         if args.out is not None:
-            scope = cfg.get('default_scope', 'mmdet')
-            if scope not in DUMP_METRICS:
-                raise ValueError(f'--out supports default_scope in '
-                                 f'{sorted(DUMP_METRICS)}, got {scope!r}')
             runner.test_evaluator.metrics.append(
                 METRICS.build(
-                    dict(type=DUMP_METRICS[scope], out_file_path=args.out)))
+                    dict(
+                        type=DUMP_METRICS[cfg.get('default_scope', 'mmdet')],
+                        out_file_path=args.out)))
         runner.test()
         finish_run(cpu_distributed)
     except Preempted as stop:
         report_stop(stop, args.launcher)
         finish_run(cpu_distributed, PREEMPTED_EXIT_CODE)
     except CheckpointMismatchError as error:
-        sys.exit(f'{args.checkpoint}: {error}\nNothing was tested. Use the '
-                 'checkpoint of this config, or pass --allow-partial to test '
-                 'with the unloaded weights at their initial values.')
-    except KeyError as error:
+        raise Refused(
+            f'{args.checkpoint}: {one_line(error)}. Nothing was tested. Use '
+            'the checkpoint of this config, or pass --allow-partial to test '
+            'with the unloaded weights at their initial values.') from error
+    except KeyError as error:  # a type= name no registry knows
         hint = unknown_type_hint(error, cfg.get('default_scope'))
-        if hint is not None:
-            error.args = (f'{error.args[0]} {hint}', ) + error.args[1:]
-        raise
+        if hint is None:
+            raise
+        raise Refused(f'{one_line(error)} {hint}') from error
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

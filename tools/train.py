@@ -31,9 +31,12 @@ from mmact.utils.preflight import (check_checkpoint, check_data_paths,
                                    is_restart_of_recorded_run, record_run,
                                    resume_checkpoint, unknown_type_hint,
                                    use_checked_datasets)
+from mmact.utils.refusal import (INPUT_ERRORS, Refused, one_line, refusing,
+                                 run_tool)
 from mmact.utils.tool_args import (add_runner_arguments, parse_runner_args,
                                    runner_config)
-from mmact.utils.work_dir_lock import run_identity, work_dir_lock
+from mmact.utils.work_dir_lock import (WorkDirLockedError, run_identity,
+                                       work_dir_lock)
 
 
 def parse_args() -> argparse.Namespace:
@@ -87,6 +90,7 @@ def has_accelerator() -> bool:
         or is_musa_available()
 
 
+@refusing()
 def enable_amp(cfg: Config) -> None:
     """Select mixed precision training for this machine (as mmdet's tool,
     plus bfloat16 autocast when there is no accelerator)."""
@@ -118,20 +122,21 @@ def add_hook(cfg: Config, hook: dict) -> None:
 
 def main() -> None:
     args = parse_args()
-    # first: a stop signal during the set-up ends the run cleanly
-    STOP_SIGNALS.install(args.stop_signals)
-    end_with_launcher(args.launcher)  # a killed torchrun ends its workers
-    check_mmcv()  # mmcv ops built for another torch: say how to fix
-    cfg = runner_config(args)
+    with refusing(*INPUT_ERRORS, ImportError):  # the options and the config
+        # first: a stop signal during the set-up ends the run cleanly
+        STOP_SIGNALS.install(args.stop_signals)
+        end_with_launcher(args.launcher)  # a killed torchrun ends its workers
+        check_mmcv()  # mmcv ops built for another torch: say how to fix
+        cfg = runner_config(args)
 
     # a crash or a full disk while saving keeps every earlier checkpoint
     replace_stock_hook(cfg, 'checkpoint', 'DurableCheckpointHook')
     if args.amp:
         enable_amp(cfg)
     if args.auto_scale_lr:
-        if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
-            raise RuntimeError('--auto-scale-lr needs auto_scale_lr.'
-                               'base_batch_size in the config.')
+        if 'base_batch_size' not in (cfg.get('auto_scale_lr') or {}):
+            raise Refused('--auto-scale-lr needs auto_scale_lr.'
+                          'base_batch_size in the config.')
         cfg.auto_scale_lr.enable = True
 
     # One run per work dir; the main process holds it (before any check, so
@@ -140,14 +145,14 @@ def main() -> None:
     stop: Optional[Preempted] = None
     cpu_distributed = False
     try:
-        with work_dir_lock(cfg.work_dir) if is_launcher_main(
+        with refusing(WorkDirLockedError, UnsafeCheckpointError,
+                      CheckpointLoadError), \
+                work_dir_lock(cfg.work_dir) if is_launcher_main(
                 args.launcher) else nullcontext(), \
                 safe_checkpoint_loading(args.trust_checkpoint):
             cpu_distributed, stop = train(cfg, args)
     except Preempted as error:  # during the checks, before any training
         stop = error
-    except (UnsafeCheckpointError, CheckpointLoadError) as error:
-        sys.exit(f'mmact: {error}')
     if stop is not None:
         report_stop(stop, args.launcher)
     finish_run(cpu_distributed, 0 if stop is None else PREEMPTED_EXIT_CODE)
@@ -164,13 +169,14 @@ def report_stop(stop: Preempted, launcher: str) -> None:
         print(f'mmact: {message}', file=sys.stderr, flush=True)
 
 
-def train(cfg: Config,
-          args: argparse.Namespace) -> Tuple[bool, Optional[Preempted]]:
-    """Check what the run will read and overwrite, then train.
+@refusing()
+def check_run(cfg: Config, args: argparse.Namespace) -> dict:
+    """Check what the run will read and overwrite, before anything is
+    written: the checkpoint it resumes or loads, the work dir, the
+    pretrained weights and the data.
 
     Returns:
-        tuple: Whether the run was CPU-distributed (for ``finish_run``), and
-        the stop signal's ``Preempted`` if one stopped it.
+        dict: The checked datasets, for the Runner.
     """
     if args.resume is None and not cfg.get('resume') and \
             is_restart_of_recorded_run(cfg.work_dir):
@@ -203,8 +209,18 @@ def train(cfg: Config,
     splits = ('train', 'val') if cfg.get('val_cfg') else ('train', )
     check_data_paths(cfg, splits)
     # samples vs the heads, before the model is built; the Runner reuses them
-    datasets = check_datasets(
-        cfg, splits, warn=is_launcher_main(args.launcher))
+    return check_datasets(cfg, splits, warn=is_launcher_main(args.launcher))
+
+
+def train(cfg: Config,
+          args: argparse.Namespace) -> Tuple[bool, Optional[Preempted]]:
+    """Check what the run will read and overwrite, then train.
+
+    Returns:
+        tuple: Whether the run was CPU-distributed (for ``finish_run``), and
+        the stop signal's ``Preempted`` if one stopped it.
+    """
+    datasets = check_run(cfg, args)
     cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
     init_restarted_process_group(cfg, args.launcher)  # GPUs: before mmengine
     # load_from may cover part of the model (fine-tuning): warn, don't stop.
@@ -224,11 +240,11 @@ def train(cfg: Config,
             RUNNERS.build(cfg)
         use_checked_datasets(runner, datasets)
         runner.train()
-    except KeyError as error:
+    except KeyError as error:  # a type= name no registry knows
         hint = unknown_type_hint(error, cfg.get('default_scope'))
-        if hint is not None:
-            error.args = (f'{error.args[0]} {hint}', ) + error.args[1:]
-        raise
+        if hint is None:
+            raise
+        raise Refused(f'{one_line(error)} {hint}') from error
     except Preempted as stop:
         if runner is not None:
             runner.call_hook('after_run')  # close loggers and visualizers
@@ -237,4 +253,4 @@ def train(cfg: Config,
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

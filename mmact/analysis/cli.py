@@ -1,15 +1,13 @@
 """Command-line pieces shared by ``tools/analysis`` scripts."""
 import argparse
 import os.path as osp
-import sys
 from typing import Tuple
 
 import torch.nn as nn
 from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
 
-from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
-                              add_trust_argument, safe_checkpoint_loading)
+from mmact.checkpoint import add_trust_argument, safe_checkpoint_loading
 from mmact.utils.preflight import load_config
 from .model_data import load_model
 
@@ -67,11 +65,8 @@ def config_and_model(args: argparse.Namespace) -> Tuple[Config, nn.Module]:
     # its tables
     MMLogger.get_instance('mmact_analysis', log_level='WARNING')
     # the checkpoint, and any init_cfg Pretrained weights the model loads
-    try:
-        with safe_checkpoint_loading(args.trust_checkpoint):
-            model = load_model(cfg, args.checkpoint, args.device)
-    except (UnsafeCheckpointError, CheckpointLoadError) as error:
-        sys.exit(f'mmact: {error}')
+    with safe_checkpoint_loading(args.trust_checkpoint):
+        model = load_model(cfg, args.checkpoint, args.device)
     return cfg, model
 
 

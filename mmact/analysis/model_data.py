@@ -49,6 +49,8 @@ def load_model(cfg: Config,
     Returns:
         nn.Module: The model, ``eval()``.
     """
+    if checkpoint is not None:
+        check_checkpoint(checkpoint)  # before the (seconds-long) build
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     model_cfg = copy.deepcopy(cfg.model)
     # The Runner gives a top-level data_preprocessor to the model.
@@ -58,7 +60,6 @@ def load_model(cfg: Config,
     if checkpoint is None:
         model.init_weights()
     else:
-        check_checkpoint(checkpoint)
         load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
     return model.to(device).eval()
 

@@ -193,6 +193,8 @@ def test_mismatched_checkpoint_is_refused(cwd, first_epoch):
     assert 'head.fc.weight: checkpoint (10, 64) vs model (4, 64)' in \
         result.stderr
     assert '--allow-partial' in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f'mmact: {partial}: ')
+    assert 'Traceback' not in result.stderr
     assert 'accuracy/top1' not in result.stdout
 
     allowed = evaluate(cwd, partial, '--allow-partial')
@@ -264,7 +266,7 @@ def test_show_and_wait_time_as_mmdet(load_tool):
     tools.enable_visualization(cls, None, show=True, wait_time=3)
     hook = cls.default_hooks.visualization
     assert hook.enable and hook.show and hook.wait_time == 3
-    with pytest.raises(RuntimeError, match='default_hooks.visualization'):
+    with pytest.raises(ValueError, match='default_hooks.visualization'):
         tools.enable_visualization(Config(dict(default_hooks={})), show=True)
 
 
@@ -373,7 +375,7 @@ def test_labels_beyond_the_head_stop_before_the_model_is_built(
         check=False)
     assert result.returncode != 0
     assert (
-        'DataCheckError: train_dataloader.dataset (data/toy_cls/meta/'
+        'mmact: train_dataloader.dataset (data/toy_cls/meta/'
         'train.txt) has labels 0-3') in result.stderr, result.stderr[-3000:]
     assert 'model.head.num_classes = 3' in result.stderr
     assert not work_dir.exists() or not any(work_dir.glob('*/*.log'))
@@ -384,5 +386,5 @@ def test_labels_beyond_the_head_stop_before_the_model_is_built(
         'model.head.num_classes=3',
         check=False)
     assert evaluated.returncode != 0
-    assert ('DataCheckError: test_dataloader.dataset (data/toy_cls/meta/'
+    assert ('mmact: test_dataloader.dataset (data/toy_cls/meta/'
             'val.txt) has labels 0-3') in evaluated.stderr

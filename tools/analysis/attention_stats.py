@@ -36,6 +36,7 @@ from mmact.analysis import (AttentionRecorder,  # noqa: E402
                             save_figure, save_json)
 from mmact.analysis.cli import (analysis_parser,  # noqa: E402
                                 config_and_model, figure_path)
+from mmact.utils.refusal import INPUT_ERRORS, run_tool  # noqa: E402
 
 
 def main() -> None:
@@ -104,4 +105,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main, refuse=INPUT_ERRORS)

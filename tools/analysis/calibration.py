@@ -45,6 +45,7 @@ from mmact.analysis.cli import (
     analysis_parser,
     config_and_model,  # noqa
     figure_path)
+from mmact.utils.refusal import INPUT_ERRORS, Refused, run_tool  # noqa: E402
 
 
 def plot_reliability(bins: dict, title: str, path: str) -> None:
@@ -113,7 +114,7 @@ def main() -> None:
         '--title', help='figure title (default: the config name)')
     args = parser.parse_args()
     if args.num_bins < 1:
-        raise SystemExit(f'--num-bins must be >= 1, got {args.num_bins}')
+        raise Refused(f'--num-bins must be >= 1, got {args.num_bins}')
     cfg, model = config_and_model(args)
     check_classifier(model, 'calibration.py')
     loader = build_split_dataloader(cfg, args.split, args.batch_size)
@@ -154,4 +155,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main, refuse=INPUT_ERRORS)

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import os.path as osp
-import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 # LVISMetric's keys are '<prefix>/<iou type>_<name>', e.g. 'lvis/bbox_APr'.
@@ -174,4 +173,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from mmact.utils.refusal import INPUT_ERRORS, run_tool
+
+    # a run that was not tested, or not to the end: one line
+    run_tool(main, refuse=INPUT_ERRORS + (RuntimeError, ))

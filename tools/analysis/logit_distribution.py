@@ -34,6 +34,7 @@ from mmact.analysis import (build_split_dataloader,  # noqa: E402
 from mmact.analysis.cli import (analysis_parser,  # noqa: E402
                                 config_and_model, figure_path)
 from mmact.analysis.statistics import gumbel_pdf, logistic_pdf  # noqa: E402
+from mmact.utils.refusal import INPUT_ERRORS, Refused, run_tool  # noqa: E402
 
 
 def plot_histograms(logits, classes, names, path) -> None:
@@ -70,11 +71,11 @@ def main() -> None:
         for data, _ in sample_batches(model, loader, args.num_samples)
     ])
     if logits.shape[0] < 2:
-        raise SystemExit('need at least 2 logit rows; raise --num-samples')
+        raise Refused('need at least 2 logit rows; raise --num-samples')
     num_classes = logits.shape[1]
     for c in args.classes or ():
         if not 0 <= c < num_classes:
-            raise SystemExit(f'--classes: {c} is not in [0, {num_classes})')
+            raise Refused(f'--classes: {c} is not in [0, {num_classes})')
     groups, order = class_groups(cfg, loader.dataset, args.many_threshold,
                              args.few_threshold)
 
@@ -123,4 +124,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main, refuse=INPUT_ERRORS)

@@ -31,6 +31,7 @@ from mmact.analysis.classifier_outputs import (check_classifier,
                                                penultimate_features)
 from mmact.analysis.cli import analysis_parser, config_and_model, figure_path
 from mmact.analysis.neural_collapse import NC1Accumulator
+from mmact.utils.refusal import INPUT_ERRORS, run_tool
 
 
 def main() -> None:
@@ -64,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main, refuse=INPUT_ERRORS)

@@ -40,6 +40,7 @@ from mmact.analysis import (FleSRecorder, activation_curve,  # noqa: E402
 from mmact.analysis.cli import (analysis_parser,  # noqa: E402
                                 config_and_model, figure_path)
 from mmact.models.activations import FleS  # noqa: E402
+from mmact.utils.refusal import INPUT_ERRORS, Refused, run_tool  # noqa: E402
 
 MAX_CURVES_PER_LAYER = 16
 # Fixed (non-learned) shapes drawn for reference in each panel.
@@ -142,7 +143,7 @@ def main() -> None:
     pointwise = find_modules(model, pointwise=True)
     fles = find_modules(model, (FleS, ))
     if not pointwise and not fles:
-        raise SystemExit(
+        raise Refused(
             f'{args.config}: the model has no learned activation (APA, AGLU, '
             'AReLU, IGLU, FleS, ...)')
 
@@ -180,4 +181,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main, refuse=INPUT_ERRORS)

@@ -40,6 +40,7 @@ from mmact.analysis.cli import analysis_parser, config_and_model, figure_path
 from mmact.analysis.swap_fidelity import (calibrate_bn, compare_variants,
                                           swap_variants)
 from mmact.models.utils.swap_fit import DEFAULT_TOLERANCE
+from mmact.utils.refusal import INPUT_ERRORS, run_tool
 
 
 def _inputs(args, cfg, model):
@@ -154,4 +155,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main, refuse=INPUT_ERRORS)

@@ -254,6 +254,7 @@ def compile_main(args: argparse.Namespace) -> Dict[str, List[float]]:
 
 
 if __name__ == '__main__':
+    from mmact.utils.refusal import run_tool
     cli_args = parse_args()
     bench_utils.use_heap_allocator(not cli_args.no_allocator)
-    (compile_main if cli_args.compile else main)(cli_args)
+    run_tool(compile_main if cli_args.compile else main, cli_args)

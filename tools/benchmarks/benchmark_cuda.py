@@ -448,8 +448,9 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     global DEVICE, OP_SHAPE, FLES_SHAPE, IMAGE_SIZE
     DEVICE = args.device
     if torch.device(DEVICE).type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('benchmark_cuda.py: --device cuda needs a CUDA GPU '
-                         '(use --device cpu --smoke for a dry run)')
+        from mmact.utils.refusal import Refused
+        raise Refused('benchmark_cuda.py: --device cuda needs a CUDA GPU '
+                      '(use --device cpu --smoke for a dry run)')
     if args.smoke:
         OP_SHAPE, FLES_SHAPE = SMOKE_OP_SHAPE, SMOKE_FLES_SHAPE
         IMAGE_SIZE, args.steps = SMOKE_IMAGE_SIZE, 2
@@ -481,4 +482,5 @@ def main(argv: Optional[List[str]] = None) -> Dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mmact.utils.refusal import run_tool
+    run_tool(main)

@@ -269,6 +269,7 @@ def main(args) -> None:
 
 
 if __name__ == '__main__':
+    from mmact.utils.refusal import run_tool
     cli_args = parse_args()
     bench_utils.use_heap_allocator(not cli_args.no_allocator)
-    main(cli_args)
+    run_tool(main, cli_args)

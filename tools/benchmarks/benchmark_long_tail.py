@@ -44,6 +44,7 @@ import mmact  # noqa: F401  (registers the activations)
 from mmact.datasets import long_tailed_counts
 from mmact.models.utils import materialize_lazy_modules
 from mmact.utils import activation_paramwise_cfg
+from mmact.utils.refusal import refusing, run_tool
 
 #: variant -> (act_cfg, attention_cfg)
 VARIANTS = {
@@ -73,8 +74,9 @@ def digits_split(max_per_class: int, imbalance_factor: float,
         index = rng.permutation(np.flatnonzero(y == label))
         if len(index) < test_per_class + n_train:
             raise ValueError(
-                f'class {label} has {len(index)} images, fewer than '
-                f'test_per_class + train ({test_per_class} + {n_train})')
+                f'digit {label} has {len(index)} images, fewer than '
+                f'--test-per-class + its training share of '
+                f'--max-per-class ({test_per_class} + {n_train})')
         test.append(index[:test_per_class])
         train.append(index[test_per_class:test_per_class + n_train])
     train, test = np.concatenate(train), np.concatenate(test)
@@ -176,8 +178,9 @@ def main() -> None:
     # build_optim_wrapper logs every parameter group at INFO
     MMLogger.get_instance('benchmark_long_tail', log_level='WARNING')
     torch.set_num_threads(args.threads)
-    data = digits_split(args.max_per_class, args.imbalance_factor,
-                        args.test_per_class)
+    with refusing(ValueError):
+        data = digits_split(args.max_per_class, args.imbalance_factor,
+                            args.test_per_class)
     counts = np.bincount(data[1], minlength=10).tolist()
     print(f'digits: train {len(data[1])} images, per class {counts} '
           f'(imbalance {counts[0] / counts[-1]:g}); balanced test '
@@ -213,4 +216,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -423,8 +423,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     args = parse_args(argv)
     device = args.device
     if torch.device(device).type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('benchmark_mask_rcnn_step.py: --device cuda needs a '
-                         'CUDA GPU (use --device cpu --smoke for a dry run)')
+        from mmact.utils.refusal import Refused
+        raise Refused('benchmark_mask_rcnn_step.py: --device cuda needs a '
+                      'CUDA GPU (use --device cpu --smoke for a dry run)')
     spec = SMOKE if args.smoke else FULL
     torch.manual_seed(0)
     batch = synthetic_batch(spec)
@@ -471,4 +472,5 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mmact.utils.refusal import run_tool
+    run_tool(main)

@@ -92,4 +92,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mmact.utils.refusal import run_tool
+    run_tool(main)

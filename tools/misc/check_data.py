@@ -58,9 +58,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def _fail(title: str, lines: List[str]) -> int:
-    print(f'{title}:', file=sys.stderr)
+    """The problems, one a line, then ``mmact: <title>`` (exit status 1)."""
     for line in lines:
         print(f'  {line}', file=sys.stderr)
+    print(f'mmact: {title}; {len(lines)} listed above', file=sys.stderr)
     return 1
 
 
@@ -104,4 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from mmact.utils.refusal import INPUT_ERRORS, run_tool
+
+    # a config or an annotation file it cannot read: one line
+    run_tool(main, refuse=INPUT_ERRORS)

@@ -14,7 +14,6 @@ mmdet / mmpretrain configs expect; see ``mmact/testing/toy_data``.
 import argparse
 import os
 import os.path as osp
-import sys
 import time
 from typing import List, Optional
 
@@ -175,4 +174,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from mmact.utils.refusal import run_tool
+
+    # an --out-dir it cannot write: one line
+    run_tool(main, refuse=(OSError, ))

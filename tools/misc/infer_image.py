@@ -14,7 +14,6 @@ dropped (the checkpoint holds every weight).
 """
 import argparse
 import os.path as osp
-import sys
 from typing import List, Optional
 
 
@@ -45,19 +44,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
                                   safe_checkpoint_loading)
     from mmact.utils.preflight import check_checkpoint, load_config
-    check_checkpoint(args.checkpoint)
-    cfg = load_config(args.config)
+    from mmact.utils.refusal import refusing
+    with refusing():  # before anything is loaded or written
+        check_checkpoint(args.checkpoint)
+        cfg = load_config(args.config)
+        missing = [
+            image for image in args.images
+            if not osp.exists(image) and '://' not in image
+        ]
+        if missing:
+            raise FileNotFoundError(
+                f'image files do not exist: {", ".join(missing)}')
     cfg.model.get('backbone', {}).pop('init_cfg', None)  # the checkpoint's
-    try:
-        with safe_checkpoint_loading(args.trust_checkpoint):
-            inferencer = DetInferencer(
-                model=cfg,
-                weights=args.checkpoint,
-                device=args.device,
-                scope=cfg.get('default_scope', 'mmdet'),
-                show_progress=False)
-    except (UnsafeCheckpointError, CheckpointLoadError) as error:
-        sys.exit(f'mmact: {error}')
+    with safe_checkpoint_loading(args.trust_checkpoint), \
+            refusing(UnsafeCheckpointError, CheckpointLoadError):
+        inferencer = DetInferencer(
+            model=cfg,
+            weights=args.checkpoint,
+            device=args.device,
+            scope=cfg.get('default_scope', 'mmdet'),
+            show_progress=False)
     inferencer(
         args.images,
         out_dir=args.out_dir,
@@ -70,4 +76,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from mmact.utils.refusal import run_tool
+    run_tool(main)

@@ -619,14 +619,12 @@ def main(argv=None) -> None:
     from mmengine.runner import CheckpointLoader
 
     import mmact  # noqa: F401  (registers the activations for validation)
-    from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
-                                  safe_checkpoint_loading, save_safetensors)
-    try:
-        with safe_checkpoint_loading(args.trust_checkpoint):
-            checkpoint = CheckpointLoader.load_checkpoint(
-                args.src, map_location='cpu')
-    except (UnsafeCheckpointError, CheckpointLoadError) as error:
-        sys.exit(f'mmact: {error}')
+    from mmact.checkpoint import safe_checkpoint_loading, save_safetensors
+    from mmact.utils.preflight import check_checkpoint
+    check_checkpoint(args.src)  # complete, before it is read
+    with safe_checkpoint_loading(args.trust_checkpoint):
+        checkpoint = CheckpointLoader.load_checkpoint(
+            args.src, map_location='cpu')
     converted, report = convert_apa_checkpoint(
         checkpoint,
         backbone_only=args.backbone_only,
@@ -657,4 +655,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    from mmact.utils.refusal import INPUT_ERRORS, run_tool
+
+    # every step reads the source: its errors are refusals of it
+    run_tool(main, refuse=INPUT_ERRORS)

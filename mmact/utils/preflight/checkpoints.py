@@ -117,6 +117,23 @@ def _legacy_problem(path: str) -> Optional[str]:
     return None
 
 
+def _foreign_file(path: str) -> Optional[str]:
+    """Why ``path`` is no checkpoint at all, when it is empty or a web page
+    (what a failed save or download leaves); None otherwise."""
+    if os.path.getsize(path) == 0:
+        return (f'Checkpoint {path!r} is empty (0 bytes), not a torch '
+                'checkpoint: a save or download that did not finish; '
+                f'{_INTACT_HINT}')
+    with open(path, 'rb') as file:
+        head = file.read(512).lstrip().lower()
+    if head.startswith((b'<!doctype html', b'<html', b'<head', b'<body')):
+        return (f'Checkpoint {path!r} is a web page (HTML), not a torch '
+                'checkpoint: the download saved an error or log-in page of '
+                'the server; nothing was loaded. Download the file again '
+                '(from the release page, or with the link it gives).')
+    return None
+
+
 def check_checkpoint(path: str, resume: bool = False) -> None:
     """Make sure a checkpoint file is complete before anything loads it.
 
@@ -132,14 +149,18 @@ def check_checkpoint(path: str, resume: bool = False) -> None:
 
     Raises:
         FileNotFoundError: The local file does not exist.
-        ValueError: The file is truncated, corrupt or not a checkpoint, or
-            weights only where a resume needs the full state.
+        ValueError: The file is empty, a web page, truncated, corrupt or
+            not a checkpoint, or weights only where a resume needs the full
+            state.
     """
     if is_remote_checkpoint(path):
         return
     if not osp.isfile(osp.expanduser(path)):
         raise FileNotFoundError(f'Checkpoint {path!r} does not exist.')
     path = osp.expanduser(path)
+    foreign = _foreign_file(path)
+    if foreign is not None:
+        raise ValueError(foreign)
     if is_safetensors(path):
         if resume:
             raise ValueError(

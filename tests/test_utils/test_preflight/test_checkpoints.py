@@ -119,9 +119,12 @@ def test_other_files_are_refused(tmp_path):
     text.write_text('<html>404</html>')
     empty = tmp_path / 'empty.pth'
     empty.write_bytes(b'')
-    for path in (plain, text, empty):
-        with pytest.raises(ValueError, match='not a torch checkpoint'):
+    for path, what in ((plain, 'is not a torch checkpoint'),
+                       (text, 'is a web page (HTML), not a torch checkpoint'),
+                       (empty, 'is empty (0 bytes), not a torch checkpoint')):
+        with pytest.raises(ValueError) as error:
             check_checkpoint(str(path))
+        assert f'{str(path)!r} {what}' in str(error.value)
 
 
 def test_pretrained_urls_are_not_missing(tmp_path):
