@@ -35,7 +35,8 @@
 #   LOG: default work_dirs/gpu_check/gpu_check.log; gpu.json, the parts'
 #   logs and figures (parts/) go beside it. A GPU run that exits 0 also
 #   writes docs/benchmarks/gpu.json and the table of docs/benchmarks/gpu.md.
-#   PYTHON: the interpreter (the launchers' rule, tools/launcher_common.sh).
+#   PYTHON: the interpreter; unset, the launchers' rule picks one
+#   (tools/launcher_common.sh: an activated environment, else .venv).
 #   GPU_CHECK_PARTS="host_cost mask_rcnn": only these parts (e.g. a second
 #   call on the same machine with the parts a first one left).
 #   GPU_CHECK_DRY_RUN=1: every part's script on the CPU at smoke sizes (no
@@ -50,8 +51,10 @@
 set -o pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT" || exit 1
-# PYTHON and PYTHONPATH as the launchers set them.
+# PYTHON and PYTHONPATH as the launchers set them; the interpreter named
+# (or a stop, when it has no torch)
 source tools/launcher_common.sh
+announce_python
 export PYTHONUNBUFFERED=1
 LOG=${1:-work_dirs/gpu_check/gpu_check.log}
 WORK=$(dirname "$LOG")
