@@ -71,7 +71,7 @@ def broken_pointers(texts: List[SourceText], root: Path) -> Dict[str, str]:
                     f'{sorted(n for n in numbers if n[0].isdigit())}')
         for m in POINTER.finditer(text.text):
             check(text, m.start(), _page(m['page'], text.path, root),
-                  ' '.join(m['title'].split()), False)
+                  ' '.join(m['title'].replace('`', '').split()), False)
         for m in LINK.finditer(text.text):
             name = m['path'] if m['link'] is None else m['link']
             if name.startswith(('http:', 'https:')):
