@@ -1,7 +1,10 @@
 """The docs site: its API reference covers every registered component, its
 pages stay small, and the benchmark pages describe the code and the machine
-(current tables first, older figures in an archive)."""
+(current tables first, each with the code it measured that changed after its
+commit, older figures in an archive)."""
+import functools
 import re
+import subprocess
 from pathlib import Path
 
 from mmact.registry import registered_components
@@ -137,3 +140,95 @@ def test_benchmark_pages_open_with_current_tables_and_end_in_an_archive():
         for field in ('Machine', 'Commit', 'Date', 'Command'):
             assert re.search(rf'^- {field}', current, re.M), \
                 (path.name, field)
+
+
+#: what changed after a measured commit, in the measured code:
+#: ``- Changed after 537b3f1: the Triton rows (874ff35), ...``
+CHANGED = re.compile(
+    r'^- Changed after (?P<commit>[0-9a-f]{7,40}):(?P<what>.*(?:\n  .*)*)',
+    re.M)
+#: the list item naming a section's measured commit(s)
+COMMIT_ITEM = re.compile(r'^- (?:Commits?\b|Machine, commit)(?:.*)(?:\n  .*)*',
+                         re.M)
+SHA = re.compile(r'\b[0-9a-f]{7,40}\b')
+
+
+def unstated_changes(page: str, text: str, after) -> dict:
+    """``page:line`` -> what is missing, for each section of a page's
+    current figures (before its Archive) that names the commit it measured
+    without a ``- Changed after <that commit>:`` item, or with one that
+    cites no commit after it (``nothing ...`` when nothing changed) or a
+    commit ``after(measured, cited)`` denies, or a path that is not in the
+    repository."""
+    current = text.split('\n## Archive\n')[0]
+    starts = [0] + [m.start() for m in re.finditer(r'^#', current, re.M)]
+    found = {}
+    for start, end in zip(starts, starts[1:] + [len(current)]):
+        section = current[start:end]
+        items = list(COMMIT_ITEM.finditer(section))
+        measured = [s for m in items for s in SHA.findall(m.group(0))]
+        changes = list(CHANGED.finditer(section))
+        for item in items[:1]:
+            line = current.count('\n', 0, start + item.start()) + 1
+            if not any(c['commit'] in measured for c in changes):
+                found[f'{page}:{line}'] = (
+                    f'figures of {measured[0]} without a "- Changed after '
+                    f'{measured[0]}:" item naming the code they measured '
+                    'that changed after it, with the commits (or "nothing")')
+        for change in changes:
+            line = current.count('\n', 0, start + change.start()) + 1
+            what = ' '.join(change['what'].split())
+            cited = SHA.findall(what)
+            wrong = [c for c in cited if not after(change['commit'], c)]
+            missing = [
+                p for p in re.findall(r'`([\w.-]+/[\w./*-]+)`', what)
+                if not list(REPO.glob(p))
+            ]
+            if not cited and not what.startswith('nothing'):
+                found[f'{page}:{line}'] = 'name the commit of each change'
+            elif wrong or missing:
+                found[f'{page}:{line}'] = (
+                    f'not commits after {change["commit"]}: {wrong}; '
+                    f'not in the repository: {missing}')
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def git_after(older: str, newer: str) -> bool:
+    """Whether commit ``newer`` comes after ``older`` in HEAD's history."""
+    run = functools.partial(subprocess.run, cwd=REPO, capture_output=True)
+    return older != newer and all(
+        run(['git', 'merge-base', '--is-ancestor', a, b]).returncode == 0
+        for a, b in ((older, newer), (newer, 'HEAD')))
+
+
+def test_unstated_changes_are_found():
+    """A current figure without the changes after its commit, or with a
+    change cited by a commit that is not after it, fails with the page and
+    the line; an Archive's figures need none."""
+    page = ('# Page\n\n## A\n\n- Machine: m.\n- Commit: aaaaaaa.\n\n'
+            '## B\n\n- Commit: bbbbbbb / ccccccc.\n'
+            '- Changed after ccccccc: the kernels (ddddddd), `tools/x.py`\n'
+            '  (eeeeeee).\n\n'
+            '## C\n\n- Commit: fffffff.\n- Changed after fffffff: nothing.\n'
+            '\n## Archive\n\n- Commit: 9999999.\n')
+    later = {('ccccccc', 'ddddddd')}
+    assert unstated_changes('p.md', page, lambda a, b: (a, b) in later) == {
+        'p.md:6': 'figures of aaaaaaa without a "- Changed after aaaaaaa:" '
+        'item naming the code they measured that changed after it, with '
+        'the commits (or "nothing")',
+        'p.md:11': "not commits after ccccccc: ['eeeeeee']; not in the "
+        "repository: ['tools/x.py']",
+    }
+
+
+def test_current_figures_say_what_changed_after_their_commit():
+    """Each benchmark page's current figures name the code they measured
+    that changed after their commit, each change with its commit."""
+    found = {}
+    for path in sorted((DOCS / 'benchmarks').glob('*.md')):
+        found.update(
+            unstated_changes(
+                path.relative_to(REPO).as_posix(), path.read_text(),
+                git_after))
+    assert found == {}
