@@ -25,7 +25,8 @@ case "$STACK" in
     exit 2 ;;
 esac
 SHARED_WHEELS="${MMACT_WHEELS:-$ROOT/../shared/wheels}"
-PYTHON="${PYTHON:-python3.11}"
+# Not PYTHON: make exports its own PYTHON (.venv/bin/python) to this script.
+BASE_PYTHON="${MMACT_BASE_PYTHON:-python3.11}"
 MMCV_VERSION=2.1.0
 STAMP="$VENV/.mmact-env-complete"
 
@@ -59,7 +60,7 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(env_hash)" ]] && verify; then
 fi
 
 start=$(date +%s)
-[[ -x "$VENV/bin/python" ]] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+[[ -x "$VENV/bin/python" ]] || { log "creating $VENV"; "$BASE_PYTHON" -m venv "$VENV"; }
 # Every install below keeps the stack's torch and numpy: pip would otherwise
 # upgrade them to satisfy a newer dependency.
 CONSTRAINTS="$VENV/mmact-constraints.txt"
