@@ -73,7 +73,9 @@ setup(
     # cuda_build.py); the configs, tools and model index for mim
     # (MANIFEST.in: mmact/.mim)
     package_data={
-        'mmact.ops': ['csrc/*.c', 'csrc/*.cpp', 'csrc/*.cu', 'csrc/*.h']
+        'mmact.ops': ['csrc/*.c', 'csrc/*.cpp', 'csrc/*.cu', 'csrc/*.h'],
+        # the CPU simulation of the CUDA kernels, for tests
+        'mmact.testing.cuda_sim': ['csrc/*.cpp', 'csrc/*.h', 'csrc/*/*/*.h']
     },
     include_package_data=True,
     python_requires='>=3.8',

@@ -57,7 +57,8 @@ import time
 import warnings
 from functools import lru_cache
 from types import ModuleType
-from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import (Dict, FrozenSet, Iterator, List, Optional, Sequence,
+                    Tuple, Union)
 
 import torch
 from mmengine.logging import print_log
@@ -107,32 +108,44 @@ CSRC = osp.join(osp.dirname(osp.abspath(__file__)), 'csrc')
 SOURCES = ('apa_op.cpp', 'fles_op.cpp', 'module.cpp')
 #: The extension's module name (its file stem).
 _STEM = 'mmact_cpu'
-_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
+_INCLUDE = re.compile(r'^#include ([<"])([\w./]+)[>"]$', re.MULTILINE)
 
 
-def read_source(name: str, source_dir: str = CSRC) -> str:
+def _find(file: str, folders: Sequence[str]) -> Optional[str]:
+    return next((f for f in folders if osp.isfile(osp.join(f, file))), None)
+
+
+def read_source(name: str, source_dir: Union[str, Sequence[str]] = CSRC) -> str:
     """The text of ``source_dir/name.c`` (or of ``source_dir/name`` when
-    ``name`` has a suffix) with its local ``#include "..."``
-    headers inlined (each once; ``#line`` keeps compiler messages pointing
-    at the files): what is compiled and what the build key hashes.
+    ``name`` has a suffix) with its local headers inlined (each once;
+    ``#line`` keeps compiler messages pointing at the files): what the build
+    key hashes. Local headers are every ``#include "..."`` and the
+    ``#include <...>`` found in the source folders (stand-ins for a
+    library's headers, found before it through the include path).
 
     Args:
         name: a C file's stem (``'apa'``, ``'fles'``) or a file name
             (``'apa_op.cpp'``).
-        source_dir: where its files are; default :data:`CSRC`.
+        source_dir: where its files are, or several folders searched in
+            order (as the include path is); default :data:`CSRC`.
     """
+    folders = [source_dir] if isinstance(source_dir, str) else source_dir
 
     def inline(file: str, seen: set) -> str:
-        with open(osp.join(source_dir, file)) as f:
+        folder = _find(file, folders) or folders[0]
+        with open(osp.join(folder, file)) as f:
             text = f.read()
-        path = f'{osp.basename(source_dir)}/{file}'  # not the checkout's
+        path = f'{osp.basename(folder)}/{file}'  # not the checkout's
         out, pos, line = [f'#line 1 "{path}"\n'], 0, 1
-        for m in _LOCAL_INCLUDE.finditer(text):
+        for m in _INCLUDE.finditer(text):
+            header = m.group(2)
+            if m.group(1) == '<' and _find(header, folders) is None:
+                continue  # a system or torch header
             out.append(text[pos:m.start()])
             line += text.count('\n', pos, m.end()) + 1
-            if m.group(1) not in seen:
-                seen.add(m.group(1))
-                out.append(inline(m.group(1), seen))
+            if header not in seen:
+                seen.add(header)
+                out.append(inline(header, seen))
                 out.append(f'\n#line {line} "{path}"')
             pos = m.end()
         out.append(text[pos:])
@@ -328,15 +341,25 @@ def _build_path() -> str:
 
 def build_extension(isa: Optional[str] = None,
                     cache_dir: Optional[str] = None,
-                    source_dir: str = CSRC) -> ModuleType:
+                    source_dir: str = CSRC,
+                    *,
+                    stem: str = _STEM,
+                    sources: Sequence[str] = SOURCES,
+                    include_dirs: Sequence[str] = ()) -> ModuleType:
     """Compile the extension (:data:`SOURCES`) with
     :func:`torch.utils.cpp_extension.load` unless the cache has it, and
-    import it (its operators appear under ``torch.ops.mmact``).
+    import it (its operators appear under ``torch.ops.mmact``); or another
+    library of the same flags, named by ``stem``, of ``sources``.
 
     Args:
         isa: one of :data:`ISAS`; default :func:`host_isa`.
         cache_dir: default ``$MMACT_CACHE_DIR`` or ``~/.cache/mmact``.
         source_dir: default :data:`CSRC`.
+        stem: the library's module name (its cache folder's prefix).
+        sources: its translation units, in ``include_dirs`` or
+            ``source_dir``.
+        include_dirs: folders searched before ``source_dir`` (and torch's
+            headers) for the sources and their headers.
 
     Returns:
         The extension module.
@@ -350,17 +373,18 @@ def build_extension(isa: Optional[str] = None,
                            f'is {platform.system()}')
     compiler = _gcc('CXX', 'c++')
     isa = host_isa() if isa is None else isa
-    key = build_key([read_source(name, source_dir) for name in SOURCES], isa,
+    folders = [*include_dirs, source_dir]
+    key = build_key([read_source(name, folders) for name in sources], isa,
                     compiler)
     build_dir = osp.join(cache_dir or default_cache_dir(),
-                         f'{_STEM}_{isa}_{key[:16]}')
-    built = osp.join(build_dir, f'{_STEM}.so')
+                         f'{stem}_{isa}_{key[:16]}')
+    built = osp.join(build_dir, f'{stem}.so')
     # present only while the library is whole: written after torch's builder
     # returns, removed before it is asked to build again
     complete = osp.join(build_dir, 'mmact-complete')
     if osp.exists(complete) and osp.exists(built):
         try:
-            spec = importlib.util.spec_from_file_location(_STEM, built)
+            spec = importlib.util.spec_from_file_location(stem, built)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
@@ -384,11 +408,14 @@ def build_extension(isa: Optional[str] = None,
             with contextlib.suppress(FileNotFoundError):
                 os.remove(osp.join(build_dir, 'lock'))
             module = _cpp_extension().load(
-                name=_STEM,
-                sources=[osp.join(source_dir, name) for name in SOURCES],
+                name=stem,
+                sources=[
+                    osp.join(_find(name, folders) or source_dir, name)
+                    for name in sources
+                ],
                 extra_cflags=compiler_flags(isa),
                 extra_ldflags=['-fopenmp'],
-                extra_include_paths=[source_dir],
+                extra_include_paths=folders,
                 build_directory=build_dir)
     finally:
         if path is None:
@@ -398,8 +425,9 @@ def build_extension(isa: Optional[str] = None,
     with contextlib.suppress(OSError):  # a read-only cache: load it slowly
         open(complete, 'w').close()
     if compiles:
+        what = 'the CPU extension' if stem == _STEM else stem
         print_log(
-            f'mmact: built the CPU extension ({isa}) in '
+            f'mmact: built {what} ({isa}) in '
             f'{time.perf_counter() - start:.1f} s into {build_dir}',
             logger='current',
             level=logging.INFO)

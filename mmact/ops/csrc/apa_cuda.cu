@@ -88,16 +88,6 @@ int64_t tile_width(int64_t Q, int64_t lowest) {
   return top;
 }
 
-int multiprocessors(int device) {
-  static int count[64] = {0};
-  int& sms = count[device % 64];
-  if (sms == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(
-        &sms, cudaDevAttrMultiProcessorCount, device));
-  }
-  return sms;
-}
-
 // The plan of a dense tensor x of at least one value with parameters along
 // dim (-1: shared).
 Plan make_plan(const at::Tensor& x, int64_t dim, int64_t rows_per_sample) {
@@ -134,6 +124,11 @@ Plan make_plan(const at::Tensor& x, int64_t dim, int64_t rows_per_sample) {
   p.samples = Divider(static_cast<uint32_t>(std::max<int64_t>(
       rows_per_sample, 1)));
   return p;
+}
+
+// The blocks of a launch of plan p.
+int64_t blocks(const Plan& p) {
+  return p.groups * (p.axis == 0 ? p.n_p : p.n_q);
 }
 
 // How the backward kernel gets its input: x itself, or rebuilt as
@@ -414,12 +409,12 @@ at::Tensor forward_cuda(const at::Tensor& x_in, const at::Tensor& kappa,
   const at::Tensor k = kappa.contiguous(), l = lambda.contiguous();
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(x.scalar_type(),
-               forward_kernel<scalar_t, AGLU>
-               <<<p.groups * (p.axis == 0 ? p.n_p : p.n_q), kThreads, 0,
-                  stream>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
-                            k.data_ptr<float>(), l.data_ptr<float>(),
-                            k.numel() > 1, l.numel() > 1,
-                            static_cast<float>(lambda_min), p));
+               launch_kernel(forward_kernel<scalar_t, AGLU>, blocks(p),
+                             kThreads, stream, x.data_ptr<scalar_t>(),
+                             y.data_ptr<scalar_t>(), k.data_ptr<float>(),
+                             l.data_ptr<float>(), k.numel() > 1,
+                             l.numel() > 1, static_cast<float>(lambda_min),
+                             p));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }
@@ -453,20 +448,21 @@ Grads launch_backward(const at::Tensor& x, const at::Tensor& go,
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(
       x.scalar_type(),
-      backward_kernel<scalar_t, AGLU, REBUILT>
-      <<<p.groups * (p.axis == 0 ? p.n_p : p.n_q), kThreads, 0, stream>>>(
-          x.data_ptr<scalar_t>(), go.data_ptr<scalar_t>(),
-          gx.defined() ? gx.data_ptr<scalar_t>() : nullptr,
-          k.data_ptr<float>(), l.data_ptr<float>(), k.numel() > 1,
-          l.numel() > 1, static_cast<float>(lambda_min),
-          need_params ? part.data_ptr<float>() : nullptr, p, s));
+      launch_kernel(backward_kernel<scalar_t, AGLU, REBUILT>, blocks(p),
+                    kThreads, stream, x.data_ptr<scalar_t>(),
+                    go.data_ptr<scalar_t>(),
+                    gx.defined() ? gx.data_ptr<scalar_t>() : nullptr,
+                    k.data_ptr<float>(), l.data_ptr<float>(), k.numel() > 1,
+                    l.numel() > 1, static_cast<float>(lambda_min),
+                    need_params ? part.data_ptr<float>() : nullptr, p, s));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (need_params) {
-    param_grad_kernel<<<P, kThreads, 0, stream>>>(
-        part.data_ptr<float>(), p.C, p.S, P == 1, l.data_ptr<float>(),
-        l.numel() > 1, static_cast<float>(lambda_min),
-        need_k ? gk.data_ptr<float>() : nullptr,
-        need_l ? gl.data_ptr<float>() : nullptr);
+    launch_kernel(param_grad_kernel, P, kThreads, stream,
+                  part.data_ptr<float>(), p.C, p.S, P == 1,
+                  l.data_ptr<float>(), l.numel() > 1,
+                  static_cast<float>(lambda_min),
+                  need_k ? gk.data_ptr<float>() : nullptr,
+                  need_l ? gl.data_ptr<float>() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {gx, need_k ? to_param(gk, kappa) : gk,

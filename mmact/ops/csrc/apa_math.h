@@ -19,7 +19,7 @@
  * the special-function unit on the GPU (exp2f, 2 ulp: one instruction
  * where the polynomial takes a dozen). */
 MMACT_HD static inline float apa_exp2(float t) {
-#ifdef __CUDA_ARCH__
+#ifdef MMACT_GPU_MATH
     return exp2f(t);
 #else
     return exp2_nonpos(t);

@@ -14,9 +14,17 @@
 #define MMACT_HD
 #endif
 
+/* Whether the element math takes the GPU's side (exp2f where the CPU has
+ * a polynomial): in device code, and in the CPU simulation of the CUDA
+ * kernels (mmact.testing.cuda_sim), which runs the GPU's formulas, not its
+ * bits (the host's exp2f is not the GPU's). */
+#if defined(__CUDA_ARCH__) || defined(MMACT_CUDA_SIM)
+#define MMACT_GPU_MATH 1
+#endif
+
 /* |v|: the GPU's instruction, the builtin on the CPU (it vectorizes). */
 MMACT_HD static inline float mmact_fabs(float v) {
-#ifdef __CUDA_ARCH__
+#ifdef MMACT_GPU_MATH
     return fabsf(v);
 #else
     return __builtin_fabsf(v);

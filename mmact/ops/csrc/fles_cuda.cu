@@ -375,9 +375,9 @@ std::tuple<at::Tensor, at::Tensor> stats_cuda(const at::Tensor& x_in,
   if (blocks(m.g) == 0) return {ind, div};
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, {
-    stats_kernel<scalar_t, kCL><<<blocks(m.g), kThreads, 0, stream>>>(
-        m.x.data_ptr<scalar_t>(), ind.data_ptr<float>(),
-        div.data_ptr<float>(), mode_index, m.g);
+    launch_kernel(stats_kernel<scalar_t, kCL>, blocks(m.g), kThreads,
+                  stream, m.x.data_ptr<scalar_t>(), ind.data_ptr<float>(),
+                  div.data_ptr<float>(), mode_index, m.g);
   }));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {ind, div};
@@ -396,10 +396,10 @@ at::Tensor apply_cuda(const at::Tensor& x_in, const at::Tensor& k_ve,
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
       rho.code, {
-        apply_kernel<kGate, scalar_t, kCL>
-            <<<blocks(m.g), kThreads, 0, stream>>>(
-                m.x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
-                kv.data_ptr<float>(), ko.data_ptr<float>(), rho.cst, m.g);
+        launch_kernel(apply_kernel<kGate, scalar_t, kCL>, blocks(m.g),
+                      kThreads, stream, m.x.data_ptr<scalar_t>(),
+                      y.data_ptr<scalar_t>(), kv.data_ptr<float>(),
+                      ko.data_ptr<float>(), rho.cst, m.g);
       })));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
@@ -426,12 +426,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gate_backward_cuda(
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
       rho.code, {
-        gate_backward_kernel<kGate, scalar_t, kCL>
-            <<<blocks(m.g), kThreads, 0, stream>>>(
-                m.x.data_ptr<scalar_t>(), go.data_ptr<scalar_t>(),
-                gx.data_ptr<scalar_t>(), kv.data_ptr<float>(),
-                ko.data_ptr<float>(), rho.cst, g_ve.data_ptr<float>(),
-                g_ho.data_ptr<float>(), m.g);
+        launch_kernel(gate_backward_kernel<kGate, scalar_t, kCL>,
+                      blocks(m.g), kThreads, stream, m.x.data_ptr<scalar_t>(),
+                      go.data_ptr<scalar_t>(), gx.data_ptr<scalar_t>(),
+                      kv.data_ptr<float>(), ko.data_ptr<float>(), rho.cst,
+                      g_ve.data_ptr<float>(), g_ho.data_ptr<float>(), m.g);
       })));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {gx, g_ve, g_ho};
@@ -457,10 +456,10 @@ void indicator_backward_cuda(const at::Tensor& grad_x, const at::Tensor& x_in,
   if (blocks(m.g) == 0) return;
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, {
-    indicator_backward_kernel<scalar_t, kCL>
-        <<<blocks(m.g), kThreads, 0, stream>>>(
-            m.x.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(),
-            q.data_ptr<float>(), d.data_ptr<float>(), mode_index, m.g);
+    launch_kernel(indicator_backward_kernel<scalar_t, kCL>, blocks(m.g),
+                  kThreads, stream, m.x.data_ptr<scalar_t>(),
+                  grad_x.data_ptr<scalar_t>(), q.data_ptr<float>(),
+                  d.data_ptr<float>(), mode_index, m.g);
   }));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -492,12 +491,12 @@ at::Tensor input_backward_cuda(const at::Tensor& x_in,
   const auto stream = c10::cuda::getCurrentCUDAStream();
   MMACT_DTYPES(m.x.scalar_type(), FLES_LAYOUTS(m.cl, FLES_GATE_CODES(
       rho.code, {
-        input_backward_kernel<kGate, scalar_t, kCL>
-            <<<blocks(m.g), kThreads, 0, stream>>>(
-                m.x.data_ptr<scalar_t>(), go.data_ptr<scalar_t>(),
-                gx.data_ptr<scalar_t>(), kv.data_ptr<float>(),
-                ko.data_ptr<float>(), rho.cst, q.data_ptr<float>(),
-                d.data_ptr<float>(), mode_index, m.g);
+        launch_kernel(input_backward_kernel<kGate, scalar_t, kCL>,
+                      blocks(m.g), kThreads, stream, m.x.data_ptr<scalar_t>(),
+                      go.data_ptr<scalar_t>(), gx.data_ptr<scalar_t>(),
+                      kv.data_ptr<float>(), ko.data_ptr<float>(), rho.cst,
+                      q.data_ptr<float>(), d.data_ptr<float>(), mode_index,
+                      m.g);
       })));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return gx;

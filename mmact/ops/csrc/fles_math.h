@@ -26,7 +26,7 @@
  * special-function unit's 2^t (2 ulp). */
 MMACT_HD static inline float fles_exp(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-#ifdef __CUDA_ARCH__
+#ifdef MMACT_GPU_MATH
     return exp2f(x * 1.44269504088896341f);
 #else
     const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
