@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional
 import pytest
 
 from mmact.testing.code_switches import environment_reads, tool_options
-from mmact.testing.doc_blocks import (SHELL_LANGUAGES, doc_blocks, doc_pages,
+from mmact.testing.doc_blocks import (SHELL_LANGUAGES, doc_pages,
                                       shell_commands)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,11 +205,15 @@ def _backends_take(name: str) -> Callable[[str], Optional[str]]:
     return check
 
 
-def _one_of(values: Callable[[], List[str]]) -> Callable[[str], Optional[str]]:
+def _one_of(values: Callable[[], List[str]],
+            several: bool = False) -> Callable[[str], Optional[str]]:
+    """A value of ``values()`` (with ``several``: words that each are)."""
 
     def check(value: str) -> Optional[str]:
         taken = values()
-        return None if value in taken else f'the code takes {taken}'
+        given = value.split() if several else [value]
+        ok = given and all(v in taken for v in given)
+        return None if ok else f'the code takes {taken}'
 
     return check
 
@@ -251,33 +255,19 @@ def _device(value: str) -> Optional[str]:
 
 #: mmact's variables -> the check of a value a page gives (None: taken)
 ACCEPTS: Dict[str, Callable[[str], Optional[str]]] = {
-    'MMACT_TRITON':
-    _backends_take('MMACT_TRITON'),
-    'MMACT_DISABLE_CPU_KERNEL':
-    _backends_take('MMACT_DISABLE_CPU_KERNEL'),
-    'MMACT_COMPOSITE':
-    _backends_take('MMACT_COMPOSITE'),
-    'MMACT_CUDA_KERNELS':
-    _backends_take('MMACT_CUDA_KERNELS'),
-    'MMACT_CPU_ISA':
-    _one_of(_cpu_isas),
-    'MMACT_STACK':
-    _one_of(_setup_env_stacks),
-    'MMACT_TEST_DEVICE':
-    _device,
-    'MMACT_DEBUG':
-    _any,
-    'MMACT_CACHE_DIR':
-    _any,
-    'MMACT_VENV':
-    _any,
-    'MMACT_WHEELS':
-    _any,
-    'GPU_CHECK_DRY_RUN':
-    _one_of(_gpu_check_dry_run),
-    'GPU_CHECK_PARTS':
-    lambda v: _one_of(_gpu_check_parts)(next(
-        (p for p in v.split() if p not in _gpu_check_parts()), 'tests')),
+    'MMACT_TRITON': _backends_take('MMACT_TRITON'),
+    'MMACT_DISABLE_CPU_KERNEL': _backends_take('MMACT_DISABLE_CPU_KERNEL'),
+    'MMACT_COMPOSITE': _backends_take('MMACT_COMPOSITE'),
+    'MMACT_CUDA_KERNELS': _backends_take('MMACT_CUDA_KERNELS'),
+    'MMACT_CPU_ISA': _one_of(_cpu_isas),
+    'MMACT_STACK': _one_of(_setup_env_stacks),
+    'MMACT_TEST_DEVICE': _device,
+    'MMACT_DEBUG': _any,
+    'MMACT_CACHE_DIR': _any,
+    'MMACT_VENV': _any,
+    'MMACT_WHEELS': _any,
+    'GPU_CHECK_DRY_RUN': _one_of(_gpu_check_dry_run),
+    'GPU_CHECK_PARTS': _one_of(_gpu_check_parts, several=True),
 }
 
 
