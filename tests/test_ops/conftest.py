@@ -21,6 +21,18 @@ def recording() -> Iterator[List[str]]:
 
 
 @pytest.fixture
+def sim():
+    """``torch.ops.mmact_cuda_sim``: the CUDA kernels on CPU tensors
+    (:mod:`mmact.testing.cuda_sim`, built once per process), at the
+    simulation's defaults (an H100's 132 multiprocessors, permuted orders)
+    again after the test."""
+    from mmact.testing import cuda_sim
+    ops = cuda_sim.operators()
+    with cuda_sim.settings():
+        yield ops
+
+
+@pytest.fixture
 def mmact_ops():
     """``with mmact_ops() as ran:``: after the block, ``ran`` lists the
     ``mmact::`` operators the block called, in order."""

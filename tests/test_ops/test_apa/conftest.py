@@ -1,0 +1,73 @@
+"""What the CUDA kernels' tests of APA / AGLU share (test_cuda.py on a GPU,
+test_cuda_sim.py through the CPU simulation)."""
+import pytest
+import torch
+
+#: The clamp of lambda in the cases.
+LAMBDA_MIN = 1e-4
+
+
+def _layouts(device):
+    def randn(*shape):
+        g = torch.Generator().manual_seed(0)
+        return (torch.randn(*shape, generator=g) * 3.0).to(device)
+
+    return [
+        ('nchw odd sizes', randn(3, 5, 7, 9), 1, 5),
+        ('nchw 4x4 maps', randn(4, 32, 4, 4), 1, 32),
+        ('channels_last', randn(2, 6, 5, 7).contiguous(
+            memory_format=torch.channels_last), 1, 6),
+        ('nlc', randn(2, 37, 24), -1, 24),
+        ('nc', randn(33, 300), 1, 300),
+        ('transposed', randn(4, 6, 10).transpose(1, 2), 2, 6),
+        ('sliced', randn(2, 6, 9, 9)[:, :, ::2], 1, 6),
+        ('long rows', randn(2, 3, 70, 70), 1, 3),
+        ('fewer values than threads', randn(2, 3, 4, 5), 1, 3),
+    ]
+
+
+@pytest.fixture
+def layouts():
+    """``layouts(device)``: (what, x, channel_dim, channels) of every
+    layout the CUDA and Triton rows take (dense in any order of dims, or
+    not), of one block and of many, and of fewer values than a block's
+    threads."""
+    return _layouts
+
+
+def _rebuilt_case(layout, scale, other, nk, nl, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n, c, h, w = 3, 6, 7, 9
+
+    def maps():
+        t = torch.randn(n, c, h, w, generator=g)
+        if layout == 'channels_last':
+            t = t.contiguous(memory_format=torch.channels_last)
+        elif layout == 'samples inside':  # not outermost in memory
+            t = torch.randn(c, n, h, w, generator=g).transpose(0, 1)
+        return t.to(device, dtype)
+
+    def coef(rows=1):
+        return (torch.rand(rows, c, 1, 1, generator=g) + 0.5).to(device)
+
+    src, go = maps(), maps()
+    scale = dict(none=None, channel=coef(), sample=coef(n))[scale]
+    shift = torch.randn(1, c, 1, 1, generator=g).to(device)
+    sources = (src, scale, shift, maps(), coef()) if other else (src, scale,
+                                                                 shift, None,
+                                                                 None)
+    kappa = (torch.rand(nk, generator=g) + 0.5).to(device)
+    lam = torch.rand(nl, generator=g) + 0.2
+    lam[:2] = torch.tensor([LAMBDA_MIN, LAMBDA_MIN / 2])[:nl]
+    return sources, kappa, lam.to(device), go
+
+
+@pytest.fixture
+def rebuilt_case():
+    """``rebuilt_case(layout, scale, other, nk, nl, dtype, device)``: the
+    sources of ``z = src * scale + shift + other * other_scale`` ((3, 6, 7,
+    9) maps in ``layout``: 'nchw', 'channels_last' or 'samples inside';
+    ``scale`` 'none', 'channel' or 'sample'; ``other`` with its scale or
+    none), ``nk`` kappas and ``nl`` lambdas (the first two at and below the
+    clamp :data:`LAMBDA_MIN`) and an output gradient."""
+    return _rebuilt_case
