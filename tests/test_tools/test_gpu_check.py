@@ -23,6 +23,8 @@ import gpu_json  # noqa: E402
 MEMORY_KEYS = {('step', 'memory_float32'), ('step', 'memory_bfloat16'),
                ('step', 'mask_rcnn_lvis_memory_float32'),
                ('step', 'mask_rcnn_lvis_memory_amp')}
+#: Sections a dry run leaves null: compute-sanitizer runs on a GPU only.
+GPU_ONLY_SECTIONS = {'sanitizer'}
 
 
 def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
@@ -136,6 +138,37 @@ def test_assemble_merges_summaries_and_marks_parts(tmp_path):
     assert gpu_json.assemble(tmp_path, dry_run=True)['dry_run'] is True
 
 
+def test_sanitizer_verdicts(tmp_path):
+    """compute-sanitizer's logs to gpu.json's sanitizer section: clean, an
+    error count, a run that stopped before its summary, a tool not run; the
+    command exits 1 unless every tool is clean."""
+    (tmp_path / 'racecheck.log').write_text(
+        '========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 '
+        'warnings)\n========= ERROR SUMMARY: 0 errors\n')
+    (tmp_path / 'synccheck.log').write_text(
+        '========= Barrier error detected. Divergent thread(s) in block\n'
+        '========= ERROR SUMMARY: 2 errors\n')
+    (tmp_path / 'initcheck.log').write_text('Traceback (most recent call)\n')
+    assert gpu_json.sanitizer_summary(tmp_path) == dict(summary=dict(
+        sanitizer=dict(racecheck='clean', synccheck='2 errors',
+                       initcheck='no summary')))
+    (tmp_path / 'initcheck.log').unlink()
+    out = tmp_path / 'cuda_kernels.json'
+    cmd = [sys.executable, 'tools/gpu/gpu_json.py', 'sanitizer', str(tmp_path),
+           str(out)]
+    assert subprocess.run(cmd, cwd=REPO).returncode == 1
+    verdicts = json.loads(out.read_text())['summary']['sanitizer']
+    assert verdicts['initcheck'] == 'not run'
+    (tmp_path / 'order').write_text('cuda_kernels')
+    data = gpu_json.assemble(tmp_path)
+    assert data['sanitizer'] == verdicts
+    assert '| `sanitizer.synccheck` | 2 errors | clean |' in (
+        gpu_json.render_table(data))
+    for tool in gpu_json.SANITIZER_TOOLS:
+        (tmp_path / f'{tool}.log').write_text('ERROR SUMMARY: 0 errors\n')
+    assert subprocess.run(cmd, cwd=REPO).returncode == 0
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA GPU is here')
 def test_without_a_gpu_one_line_and_exit_1(tmp_path):
     code, out = finish(gpu_check(tmp_path, dry=False), 300)
@@ -169,9 +202,10 @@ def test_dry_run_runs_every_part_and_writes_every_key(tmp_path):
     for section, keys in gpu_json.KEYS.items():
         for key in keys:
             value = data[section][key]
-            if (section, key) in MEMORY_KEYS or (
-                    section == 'host_cost_triton'
-                    and parts['host_cost_triton'].startswith('skipped')):
+            if ((section, key) in MEMORY_KEYS
+                    or section in GPU_ONLY_SECTIONS or
+                    (section == 'host_cost_triton'
+                     and parts['host_cost_triton'].startswith('skipped'))):
                 assert value is None, (section, key)
             else:
                 assert isinstance(value, float) and value > 0, (section, key)

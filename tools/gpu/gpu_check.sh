@@ -14,7 +14,8 @@
 #                 the CUDA C++ row of APA / AGLU / FleS (MMACT_CUDA_KERNELS=1):
 #                 built for the local GPU (python -m mmact.ops.cuda_build),
 #                 then its tests (float64 gradcheck, equality with the
-#                 Triton and composite rows);
+#                 Triton and composite rows) and compute-sanitizer's
+#                 racecheck, synccheck, initcheck on each kernel;
 #   after the build, on idle cores:
 #     host_cost, host_cost_triton
 #                 host cost per call (benchmark_overhead.py) on the default
@@ -260,10 +261,34 @@ CUDA_ROW_TESTS=(tests/test_ops/test_apa/test_cuda.py
                 tests/test_ops/test_fles/test_cuda.py
                 tests/test_ops/test_fles/test_cuda_routing.py)
 part_cuda_kernels() {
+  local status=0
   if [[ -z $DRY ]]; then
     "$PYTHON" -m mmact.ops.cuda_build || return 1
   fi
-  "$PYTHON" -m pytest -q -p no:cacheprovider -rs "${CUDA_ROW_TESTS[@]}"
+  "$PYTHON" -m pytest -q -p no:cacheprovider -rs "${CUDA_ROW_TESTS[@]}" \
+    || status=1
+  [[ -z $DRY ]] && { sanitize_cuda_kernels || status=1; }
+  return $status
+}
+# compute-sanitizer's racecheck, synccheck and initcheck on one small call of
+# each CUDA C++ kernel (tools/gpu/sanitizer_cases.py); verdicts in gpu.json's
+# sanitizer section, each tool's log in parts/sanitizer/.
+sanitize_cuda_kernels() {
+  local sanitizer tool dir=$PARTS/sanitizer
+  # the toolkit that built the kernels (cuda_build.find_toolkit), else PATH's
+  sanitizer="$("$PYTHON" -c 'from mmact.ops.cuda_build import find_toolkit; print(find_toolkit().home)' 2>/dev/null)/bin/compute-sanitizer"
+  [[ -x $sanitizer ]] || sanitizer=$(command -v compute-sanitizer)
+  if [[ ! -x $sanitizer ]]; then
+    echo "no compute-sanitizer in the CUDA toolkit or on PATH: gpu.json's sanitizer section stays empty"
+    return 0
+  fi
+  mkdir -p "$dir"
+  for tool in racecheck synccheck initcheck; do
+    "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      "$PYTHON" tools/gpu/sanitizer_cases.py > "$dir/$tool.log" 2>&1
+    echo "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY|sanitizer_cases' "$dir/$tool.log" | tail -n 2 | tr '\n' ' ')"
+  done
+  "$PYTHON" tools/gpu/gpu_json.py sanitizer "$dir" "$PARTS/cuda_kernels.json"
 }
 part_host_cost_cuda() {
   local size=("${HOST_COST_SIZE[@]}")

@@ -12,9 +12,11 @@ Usage::
         [--exit N] [--seconds S] [--dry-run]
     python tools/gpu/gpu_json.py table [--json docs/benchmarks/gpu.json]
         [--doc docs/benchmarks/gpu.md] (--check | --write | --print)
+    python tools/gpu/gpu_json.py sanitizer LOG_DIR OUT
 """
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -28,7 +30,11 @@ END = '<!-- end of gpu.json table -->'
 
 #: Top-level scalars, read from the environment part.
 HEADER = ('gpu', 'driver', 'torch', 'triton', 'date', 'commit')
-#: section -> its keys; every value a ratio (candidate / baseline).
+#: compute-sanitizer's tools run on the CUDA C++ kernels (gpu_check's
+#: cuda_kernels part, tools/gpu/sanitizer_cases.py).
+SANITIZER_TOOLS = ('racecheck', 'synccheck', 'initcheck')
+#: section -> its keys; every value a ratio (candidate / baseline), but
+#: the sanitizer's verdicts (:func:`sanitizer_verdict`).
 KEYS: Dict[str, List[str]] = {
     'host_cost': ['aglu_silu', 'apa_sigmoid', 'fles_gelu'],
     'host_cost_eval': ['aglu_silu', 'apa_sigmoid', 'fles_gelu'],
@@ -45,6 +51,7 @@ KEYS: Dict[str, List[str]] = {
         'memory_bfloat16', 'mask_rcnn_lvis_float32', 'mask_rcnn_lvis_amp',
         'mask_rcnn_lvis_memory_float32', 'mask_rcnn_lvis_memory_amp'
     ],
+    'sanitizer': list(SANITIZER_TOOLS),
 }
 GPU_CHECK_KEYS = ('exit', 'seconds', 'parts_run')
 
@@ -91,6 +98,10 @@ ROWS = {
     'step.mask_rcnn_lvis_memory_float32':
     ('its peak memory, float32', '<= 1.05'),
     'step.mask_rcnn_lvis_memory_amp': ('its peak memory, `--amp`', '<= 1.05'),
+    'sanitizer.racecheck': ('compute-sanitizer racecheck, a small case of '
+                            'each CUDA C++ kernel', 'clean'),
+    'sanitizer.synccheck': ('the same, synccheck', 'clean'),
+    'sanitizer.initcheck': ('the same, initcheck', 'clean'),
 }
 
 
@@ -151,6 +162,28 @@ def assemble(parts_dir: Path,
     if dry_run:
         data['dry_run'] = True
     return data
+
+
+def sanitizer_verdict(log: str) -> str:
+    """A compute-sanitizer run's verdict from its output: ``'clean'``
+    (``ERROR SUMMARY: 0 errors``), ``'N errors'``, or ``'no summary'`` (it
+    did not finish)."""
+    found = re.findall(r'ERROR SUMMARY: (\d+) errors?', log)
+    if not found:
+        return 'no summary'
+    errors = int(found[-1])
+    return 'clean' if errors == 0 else f'{errors} errors'
+
+
+def sanitizer_summary(log_dir: Path) -> Dict:
+    """The part JSON of :data:`SANITIZER_TOOLS`' logs (``<tool>.log`` in
+    ``log_dir``; a missing log: ``'not run'``)."""
+    verdicts = {}
+    for tool in SANITIZER_TOOLS:
+        log = log_dir / f'{tool}.log'
+        verdicts[tool] = (sanitizer_verdict(log.read_text(errors='replace'))
+                          if log.exists() else 'not run')
+    return {'summary': {'sanitizer': verdicts}}
 
 
 def _fmt(value) -> str:
@@ -215,7 +248,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     mode.add_argument('--check', action='store_true')
     mode.add_argument('--write', action='store_true')
     mode.add_argument('--print', action='store_true')
+    san = sub.add_parser('sanitizer',
+                         help="the part JSON of compute-sanitizer's logs")
+    san.add_argument('log_dir', type=Path)
+    san.add_argument('out', type=Path)
     args = parser.parse_args(argv)
+    if args.command == 'sanitizer':
+        summary = sanitizer_summary(args.log_dir)
+        args.out.write_text(json.dumps(summary, indent=1) + '\n')
+        return int(any(v != 'clean'
+                       for v in summary['summary']['sanitizer'].values()))
     if args.command == 'assemble':
         env = json.loads(args.env.read_text()) if args.env and \
             args.env.exists() else {}
