@@ -173,8 +173,11 @@ def test_sanitizer_verdicts(tmp_path):
 def test_without_a_gpu_one_line_and_exit_1(tmp_path):
     code, out = finish(gpu_check(tmp_path, dry=False), 300)
     assert code == 1
-    assert out.strip().splitlines() == [out.strip()]
-    assert 'no CUDA GPU' in out and 'GPU_CHECK_DRY_RUN=1' in out
+    # the launchers' interpreter line (tools/launcher_common.sh), then one
+    # line that says why nothing ran
+    interpreter, refusal = out.strip().splitlines()
+    assert interpreter.startswith('gpu_check.sh: interpreter ')
+    assert 'no CUDA GPU' in refusal and 'GPU_CHECK_DRY_RUN=1' in refusal
 
 
 def test_unknown_part_is_named(tmp_path):
