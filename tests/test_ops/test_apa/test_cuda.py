@@ -20,7 +20,9 @@ pytestmark = pytest.mark.skipif(
     'tests/test_ops/test_cuda_build.py)')
 
 OPS = {'apa': apa, 'aglu': aglu}
-# relative L2 error against float64: the output rounding of the dtype
+# relative L2 error against float64: the output rounding of the dtype (and
+# between rows); the float32 kernels' own against float64 is the conftest's
+# FLOAT32_TOL, from the simulation and exp2f's documented error
 TOL = {torch.float32: 2e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 DTYPES = list(TOL)
 LAMBDA_MIN = 1e-4
@@ -66,7 +68,8 @@ def run(name, x, kappa, lam, channel_dim, grad_out, **settings):
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('params_of', ['channel', 'shared', 'mixed'])
-def test_rows_agree(name, dtype, params_of, mmact_ops, layouts):
+def test_rows_agree(name, dtype, params_of, mmact_ops, layouts,
+                    float32_tol):
     """The CUDA kernels against the float64 torch path, the Triton row and
     the composite: output and all three gradients, output layout kept."""
     for what, x, dim, channels in layouts('cuda'):
@@ -87,7 +90,8 @@ def test_rows_agree(name, dtype, params_of, mmact_ops, layouts):
         assert got[0].dtype == got[1].dtype == dtype
         # x's layout where it is dense, else contiguous
         assert got[0].stride() == torch.empty_like(x).stride(), what
-        for a, b, tol in zip(got, want, (TOL[dtype], TOL[dtype], 1e-5, 1e-5)):
+        tols = float32_tol if dtype is torch.float32 else (TOL[dtype], ) * 2
+        for a, b, tol in zip(got, want, (*tols, 1e-5, 1e-5)):
             assert a.shape == b.shape and rel(a, b) < tol, (what, rel(a, b))
         if params_of != 'shared':
             assert got[3][0] == 0, what
