@@ -8,14 +8,20 @@
 #include "fles_math.h"
 #include "prelude.h"
 
-/* Gates: RHO(u) sets r (rho) and d (rho') from fles_math.h. */
-#define RHO_OF(FN, u)                                                      \
-    const FlesRho rho_ = FN(u);                                            \
-    const float r = rho_.r;                                                \
-    const float d = rho_.d;
-#define RHO_SIGMOID(u) RHO_OF(fles_rho_sigmoid, u)
-#define RHO_ERF(u) RHO_OF(fles_rho_erf, u)
-#define RHO_MISH(u) RHO_OF(fles_rho_mish, u)
+/* A pixel's gate backward given its gate value and slope q: the input
+ * gradient with the scales held fixed and its terms of the window sums.
+ * A function, so that the vector loops hold no FlesRho they pass on: g++
+ * takes the address of a named struct passed by value, and under
+ * `omp simd` an addressed local becomes a per-lane array in memory, which
+ * keeps the loop scalar. */
+typedef struct { float gx; FlesSums t; } FlesGatePixel;
+
+static inline FlesGatePixel gate_pixel(FlesRho q, float g, float sv,
+                                       float u, float x) {
+    const FlesGatePixel out = {fles_gate_grad(g, sv, u, q),
+                               fles_scale_terms(g, x, q)};
+    return out;
+}
 
 /* Per band of tile rows: rows [i0, i1) of the plane, grid row gr. With
  * one window per row (nw == 1) a band's rows are one contiguous run, which
@@ -139,9 +145,7 @@ static int64_t NAME(const float* x, float* y, const float* kv,             \
             for (int64_t j = 0; j < n; ++j) {                              \
                 const float xv = x[o + j];                                 \
                 const float u = so * xv;                                   \
-                RHO(u)                                                     \
-                (void)d;                                                   \
-                y[o + j] = fles_output(sv, r, xv);                         \
+                y[o + j] = fles_output(sv, RHO(u).r, xv);                  \
             }                                                              \
             continue;                                                      \
         }                                                                  \
@@ -154,9 +158,7 @@ static int64_t NAME(const float* x, float* y, const float* kv,             \
             for (int64_t j = 0; j < W; ++j) {                              \
                 const float xv = xr[j];                                    \
                 const float u = ro[j] * xv;                                \
-                RHO(u)                                                     \
-                (void)d;                                                   \
-                yr[j] = fles_output(rv[j], r, xv);                         \
+                yr[j] = fles_output(rv[j], RHO(u).r, xv);                  \
             }                                                              \
         }                                                                  \
     )                                                                      \
@@ -187,11 +189,10 @@ static int64_t NAME(const float* x, const float* go, float* gx,            \
             for (int64_t j = 0; j < n; ++j) {                              \
                 const float xv = x[o + j], g = go[o + j];                  \
                 const float u = so * xv;                                   \
-                RHO(u)                                                     \
-                const FlesSums t_ = fles_scale_terms(g, xv, rho_);         \
-                gx[o + j] = fles_gate_grad(g, sv, u, rho_);                \
-                sa += t_.sa;                                               \
-                sb += t_.sb;                                               \
+                const FlesGatePixel q_ = gate_pixel(RHO(u), g, sv, u, xv); \
+                gx[o + j] = q_.gx;                                         \
+                sa += q_.t.sa;                                             \
+                sb += q_.t.sb;                                             \
             }                                                              \
             g_ve[wbase] = (float)sa;                                       \
             g_ho[wbase] = (float)(sb * (cst * sv));                        \
@@ -209,11 +210,11 @@ static int64_t NAME(const float* x, const float* go, float* gx,            \
             for (int64_t j = 0; j < W; ++j) {                              \
                 const float xv = xr[j], g = gr_[j];                        \
                 const float u = ro[j] * xv;                                \
-                RHO(u)                                                     \
-                const FlesSums t_ = fles_scale_terms(g, xv, rho_);         \
-                gxr[j] = fles_gate_grad(g, rv[j], u, rho_);                \
-                ca[j] += t_.sa;                                            \
-                cb[j] += t_.sb;                                            \
+                const FlesGatePixel q_ =                                   \
+                    gate_pixel(RHO(u), g, rv[j], u, xv);                   \
+                gxr[j] = q_.gx;                                            \
+                ca[j] += q_.t.sa;                                          \
+                cb[j] += q_.t.sb;                                          \
             }                                                              \
         }                                                                  \
         float kvc[nw];                                                     \
@@ -229,12 +230,13 @@ MMACT_ENTRY(NAME, (const float* x, const float* go, float* gx,             \
                    float* g_ve, float* g_ho, GEOM_PARAMS),                 \
             (x, go, gx, kv, ko, cst, g_ve, g_ho, GEOM_NAMES))
 
-APPLY(fles_apply_sigmoid, RHO_SIGMOID)
-APPLY(fles_apply_erf, RHO_ERF)
-APPLY(fles_apply_mish, RHO_MISH)
-GATE_BWD(fles_gate_bwd_sigmoid, RHO_SIGMOID)
-GATE_BWD(fles_gate_bwd_erf, RHO_ERF)
-GATE_BWD(fles_gate_bwd_mish, RHO_MISH)
+/* The passes per gate: RHO is the gate's function in fles_math.h. */
+APPLY(fles_apply_sigmoid, fles_rho_sigmoid)
+APPLY(fles_apply_erf, fles_rho_erf)
+APPLY(fles_apply_mish, fles_rho_mish)
+GATE_BWD(fles_gate_bwd_sigmoid, fles_rho_sigmoid)
+GATE_BWD(fles_gate_bwd_erf, fles_rho_erf)
+GATE_BWD(fles_gate_bwd_mish, fles_rho_mish)
 
 /* gx += f'(x) g_ind / div of the pixel's window: mode 0 (positive)
  * f' = [x > 0], mode 1 (mean) f' = 1. */
