@@ -24,8 +24,9 @@ def test_orders(sim):
     ranks, blocks = sim.probe_orders(16, 64)
     assert torch.equal(blocks.sort().values, torch.arange(16))
     assert not torch.equal(blocks, torch.arange(16))
-    assert torch.equal(ranks.sort(-1).values,
-                       torch.arange(64).expand(16, 2, 64))
+    assert torch.equal(
+        ranks.sort(-1).values,
+        torch.arange(64).expand(16, 2, 64))
     assert not (ranks == torch.arange(64)).all(-1).any()
     assert not (ranks[:, 0] == ranks[:, 1]).all(-1).any()
     assert not (ranks[0] == ranks[1]).all()
@@ -52,14 +53,16 @@ def test_permuted_threads_show_a_missing_barrier(sim):
 def test_divergent_barriers_raise(sim):
     """Threads at different __syncthreads, or some returned while others
     wait: an error naming both places, not a hang."""
-    with pytest.raises(RuntimeError,
-                       match=r'mmact_cuda_sim: a divergent __syncthreads in '
-                       r'block \d: thread \d waits at cuda_sim\.cpp:(\d+), '
-                       r'thread \d waits at cuda_sim\.cpp:(?!\1)\d+'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact_cuda_sim: a divergent __syncthreads in '
+            r'block \d: thread \d waits at cuda_sim\.cpp:(\d+), '
+            r'thread \d waits at cuda_sim\.cpp:(?!\1)\d+'):
         sim.probe_divergence(0)
-    with pytest.raises(RuntimeError,
-                       match=r'thread \d waits at cuda_sim\.cpp:\d+, thread 3 '
-                       r'has returned'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'thread \d waits at cuda_sim\.cpp:\d+, thread 3 '
+            r'has returned'):
         sim.probe_divergence(1)
     # the next launch runs
     assert sim.probe_neighbours(1, True)[0, 1] == 0

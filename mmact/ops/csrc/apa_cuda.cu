@@ -88,22 +88,43 @@ int64_t tile_width(int64_t Q, int64_t lowest) {
   return top;
 }
 
+// x as the kernels read it: a row-major (R, Q) matrix in the order of its
+// storage once dense (dense(): its own, else contiguous) whose rows (axis
+// 0) or columns (axis 1) follow the C channels of dim (-1: shared, C = 1).
+struct Matrix {
+  int64_t R, Q, C;
+  int axis;
+};
+
+Matrix matrix_of(const at::Tensor& x, int64_t dim) {
+  const int64_t n = x.numel();
+  const int64_t C = dim < 0 ? 1 : x.size(dim);
+  if (C == 1) return {1, n, 1, 0};
+  int64_t stride = 1;  // dim's, once dense
+  if (x.is_non_overlapping_and_dense()) {
+    stride = x.stride(dim);
+  } else {
+    for (int64_t d = dim + 1; d < x.dim(); ++d) stride *= x.size(d);
+  }
+  if (stride == 1) return {n / C, C, C, 1};
+  return {n / stride, stride, C, 0};
+}
+
+// Refuses, before anything is allocated, an input of more rows than the
+// plan's 32-bit row indices take.
+void check_rows(const at::Tensor& x, int64_t dim) {
+  const int64_t rows = matrix_of(x, dim).R;
+  TORCH_CHECK(rows < (int64_t{1} << 31), "mmact's CUDA kernels take at ",
+              "most 2^31 - 1 rows of a channel (got ", rows, " for shape ",
+              x.sizes(), ")");
+}
+
 // The plan of a dense tensor x of at least one value with parameters along
-// dim (-1: shared).
+// dim (-1: shared), of at most 2^31 - 1 rows (check_rows).
 Plan make_plan(const at::Tensor& x, int64_t dim, int64_t rows_per_sample) {
   Plan p{};
-  const int64_t n = x.numel();
-  p.C = dim < 0 ? 1 : x.size(dim);
-  if (p.C == 1) {
-    p.R = 1, p.Q = n, p.axis = 0;
-  } else if (x.stride(dim) == 1) {
-    p.R = n / p.C, p.Q = p.C, p.axis = 1;
-  } else {
-    p.R = n / x.stride(dim), p.Q = x.stride(dim), p.axis = 0;
-  }
-  TORCH_CHECK(p.R < (int64_t{1} << 31),
-              "mmact's CUDA kernels take at most 2^31 rows of a channel ",
-              "(got ", p.R, " for shape ", x.sizes(), ")");
+  const Matrix m = matrix_of(x, dim);
+  p.R = m.R, p.Q = m.Q, p.C = m.C, p.axis = m.axis;
   // shared parameters: one row, so the widest tile (a narrower one would
   // leave the tile's other rows idle)
   const int64_t tq = p.C == 1 ? std::min<int64_t>(kTile, pow2_ceil(p.Q))
@@ -401,6 +422,7 @@ at::Tensor forward_cuda(const at::Tensor& x_in, const at::Tensor& kappa,
   check_param(kappa, "kappa", x_in, op);
   check_param(lambda, "lambda", x_in, op);
   const int64_t dim = mmact::channel_axis(x_in, kappa, lambda, channel_dim);
+  check_rows(x_in, dim);
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = dense(x_in);
   at::Tensor y = at::empty_like(x);
@@ -483,6 +505,7 @@ Grads backward_cuda(const at::Tensor& grad_out, const at::Tensor& x_in,
               "mmact::", op, "_backward: grad_out ", grad_out.sizes(), " on ",
               grad_out.device(), ", x ", x_in.sizes(), " on ", x_in.device());
   const int64_t dim = mmact::channel_axis(x_in, kappa, lambda, channel_dim);
+  check_rows(x_in, dim);
   const c10::cuda::CUDAGuard guard(x_in.device());
   if (x_in.numel() == 0) {
     return empty_grads(x_in, kappa, lambda, need_kappa, need_lambda);
@@ -531,6 +554,7 @@ Grads backward_rebuilt_cuda(const at::Tensor& grad_out,
   check_param(kappa, "kappa", src_in, op);
   check_param(lambda, "lambda", src_in, op);
   mmact::channel_axis(src_in, kappa, lambda, 1);
+  check_rows(src_in, 1);
   const c10::cuda::CUDAGuard guard(src_in.device());
   const int64_t N = src_in.size(0), C = src_in.size(1);
   const at::Tensor scale = coefficient(scale_in, "scale", src_in, op),

@@ -278,6 +278,8 @@ int64_t find_mode(c10::string_view name) {
                     "in mmact.ops.fles.fles_fused)");
 }
 
+int64_t blocks(const Geo& g) { return g.N * g.nh * g.nw * g.ctiles; }
+
 // A map as the kernels read it: NCHW or channels-last storage (the
 // layout the kernels walk), else a contiguous copy.
 struct Map {
@@ -301,7 +303,6 @@ Map map_of(const at::Tensor& x_in, int64_t kh, int64_t kw, const char* op) {
   Map m;
   m.cl = x_in.dim() == 4 && !x_in.is_contiguous() &&
          x_in.is_contiguous(at::MemoryFormat::ChannelsLast);
-  m.x = m.cl ? x_in : x_in.contiguous();
   // (planes, H, W): one sample of `planes` channels
   const int64_t N = x_in.dim() == 4 ? x_in.size(0) : 1;
   const int64_t C = x_in.dim() == 4 ? x_in.size(1) : x_in.size(0);
@@ -309,10 +310,14 @@ Map map_of(const at::Tensor& x_in, int64_t kh, int64_t kw, const char* op) {
                           : channels_per_block<false>();
   m.g = Geo{N, C, H, W, kh, kw, (H + kh - 1) / kh, (W + kw - 1) / kw,
             (C + nc - 1) / nc};
+  // a block per window of each channel tile, refused before any copy
+  TORCH_CHECK(blocks(m.g) <= kMaxBlocks, "mmact::", op, " on CUDA takes ",
+              "at most 2^31 - 1 windows x tiles of ", nc, " channels (got ",
+              blocks(m.g), " for shape ", x_in.sizes(), " and window (", kh,
+              ", ", kw, "))");
+  m.x = m.cl ? x_in : x_in.contiguous();
   return m;
 }
-
-int64_t blocks(const Geo& g) { return g.N * g.nh * g.nw * g.ctiles; }
 
 // The per-window values shape: x's leading dims, then (nh, nw).
 at::Tensor window_values(const Map& m) {

@@ -14,6 +14,7 @@ FLOAT32_TOL = (5e-7, 1.6e-6)
 
 
 def _layouts(device):
+
     def randn(*shape):
         g = torch.Generator().manual_seed(0)
         return (torch.randn(*shape, generator=g) * 3.0).to(device)
@@ -21,13 +22,17 @@ def _layouts(device):
     return [
         ('nchw odd sizes', randn(3, 5, 7, 9), 1, 5),
         ('nchw 4x4 maps', randn(4, 32, 4, 4), 1, 32),
-        ('channels_last', randn(2, 6, 5, 7).contiguous(
-            memory_format=torch.channels_last), 1, 6),
+        ('channels_last',
+         randn(2, 6, 5,
+               7).contiguous(memory_format=torch.channels_last), 1, 6),
         ('nlc', randn(2, 37, 24), -1, 24),
         ('nc', randn(33, 300), 1, 300),
         ('transposed', randn(4, 6, 10).transpose(1, 2), 2, 6),
         ('sliced', randn(2, 6, 9, 9)[:, :, ::2], 1, 6),
         ('long rows', randn(2, 3, 70, 70), 1, 3),
+        # 256 partial sums per channel: every thread of the parameter
+        # gradients' reduction holds one
+        ('many samples', randn(256, 2, 4, 4), 1, 2),
         ('fewer values than threads', randn(2, 3, 4, 5), 1, 3),
     ]
 
@@ -42,8 +47,8 @@ def float32_tol():
 def layouts():
     """``layouts(device)``: (what, x, channel_dim, channels) of every
     layout the CUDA and Triton rows take (dense in any order of dims, or
-    not), of one block and of many, and of fewer values than a block's
-    threads."""
+    not), of one block and of many, of fewer values than a block's threads
+    and of as many partial sums per channel as threads."""
     return _layouts
 
 
@@ -65,9 +70,8 @@ def _rebuilt_case(layout, scale, other, nk, nl, dtype, device, seed=0):
     src, go = maps(), maps()
     scale = dict(none=None, channel=coef(), sample=coef(n))[scale]
     shift = torch.randn(1, c, 1, 1, generator=g).to(device)
-    sources = (src, scale, shift, maps(), coef()) if other else (src, scale,
-                                                                 shift, None,
-                                                                 None)
+    sources = (src, scale, shift, maps(),
+               coef()) if other else (src, scale, shift, None, None)
     kappa = (torch.rand(nk, generator=g) + 0.5).to(device)
     lam = torch.rand(nl, generator=g) + 0.2
     lam[:2] = torch.tensor([LAMBDA_MIN, LAMBDA_MIN / 2])[:nl]

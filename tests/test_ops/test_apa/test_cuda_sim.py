@@ -74,8 +74,9 @@ def term_scales(name, x, kappa, lam, dim, go):
     y = OPS_REFERENCE[name](x.double(), *leaves)
     terms = torch.autograd.grad(y, leaves, go.double())
     return [
-        t.abs().sum([d for d in range(x.dim()) if shape[d] == 1]).reshape(
-            p.shape) for t, p, shape in zip(terms, (kappa, lam), shapes)
+        t.abs().sum([d for d in range(x.dim())
+                     if shape[d] == 1]).reshape(p.shape)
+        for t, p, shape in zip(terms, (kappa, lam), shapes)
     ]
 
 
@@ -87,9 +88,9 @@ def close(got, want, scale, tol):
 def c_kernels(name, x, kappa, lam, dim, go):
     """The same from the C kernels (mmact's CPU operators)."""
     y = getattr(torch.ops.mmact, name)(x, kappa, lam, LAMBDA_MIN, dim)
-    grads = getattr(torch.ops.mmact, f'{name}_backward')(go, x, kappa, lam,
-                                                        LAMBDA_MIN, dim, True,
-                                                        True)
+    grads = getattr(torch.ops.mmact,
+                    f'{name}_backward')(go, x, kappa, lam, LAMBDA_MIN, dim,
+                                        True, True)
     return (y, *grads)
 
 
@@ -117,8 +118,8 @@ def test_kernels_agree(sim, layouts, name, dtype, params_of):
         assert got[0].stride() == torch.empty_like(x).stride(), what
         for a, b, o in zip(got[:2], want, c):
             assert a.shape == b.shape, what
-            assert rel(a, b) < TOL[dtype] and rel(a, o) < 2 * TOL[dtype], (
-                what, rel(a, b))
+            assert rel(a, b) < TOL[dtype] and rel(
+                a, o) < 2 * TOL[dtype], (what, rel(a, b))
         scales = term_scales(name, x, k, lam, dim, go)
         for a, b, o, scale in zip(got[2:], want[2:], c[2:], scales):
             assert a.shape == b.shape, what
@@ -135,13 +136,11 @@ def test_blocks_of_the_shapes(sim):
     x = randn(2, 3, 4, 5)
     k, lam = params(3)
     cuda_sim.configure()
-    sim.aglu_backward(torch.ones_like(x), x, k, lam, LAMBDA_MIN, 1, True,
-                      True)
+    sim.aglu_backward(torch.ones_like(x), x, k, lam, LAMBDA_MIN, 1, True, True)
     assert cuda_sim.launched() == [1, 3]
     x = randn(2, 3, 70, 70)
     cuda_sim.configure()
-    sim.aglu_backward(torch.ones_like(x), x, k, lam, LAMBDA_MIN, 1, True,
-                      True)
+    sim.aglu_backward(torch.ones_like(x), x, k, lam, LAMBDA_MIN, 1, True, True)
     grid, channels = cuda_sim.launched()
     assert grid > 6 and channels == 3
 
@@ -154,13 +153,12 @@ def test_rebuilt_backward(sim, rebuilt_case, name, nk, nl, layout, dtype):
     """The backward that rebuilds its input from the sources (BN affine,
     attention weights per sample, a residual with a BN scale) against the
     float64 autograd of the rebuilt input, and the C kernel (float32)."""
-    for scale, other in (('channel', False), ('sample', True), ('none',
-                                                                True)):
+    for scale, other in (('channel', False), ('sample', True), ('none', True)):
         sources, kappa, lam, go = rebuilt_case(layout, scale, other, nk, nl,
                                                dtype, 'cpu')
-        got = getattr(sim, f'{name}_backward_rebuilt')(go, kappa, lam,
-                                                       LAMBDA_MIN, *sources,
-                                                       True, True)
+        got = getattr(sim,
+                      f'{name}_backward_rebuilt')(go, kappa, lam, LAMBDA_MIN,
+                                                  *sources, True, True)
         z = rebuild_input(*(None if t is None else t.double()
                             for t in sources)).requires_grad_()
         k64 = kappa.double().requires_grad_()
@@ -176,8 +174,9 @@ def test_rebuilt_backward(sim, rebuilt_case, name, nk, nl, layout, dtype):
                                                             rel(a, b))
         assert not got[2][:2].any()
         if dtype == torch.float32:
-            c = getattr(torch.ops.mmact, f'{name}_backward_rebuilt')(
-                go, kappa, lam, LAMBDA_MIN, *sources, True, True)
+            c = getattr(torch.ops.mmact,
+                        f'{name}_backward_rebuilt')(go, kappa, lam, LAMBDA_MIN,
+                                                    *sources, True, True)
             for a, b in zip(got, c):
                 assert rel(a, b) < 4e-6, scale
 
@@ -192,18 +191,17 @@ def test_parameter_gradients_are_bitwise_stable(sim, params_of):
         k, lam = k[:1], lam[:1]
     go = randn(*x.shape, seed=2)
     first = sim.aglu_backward(go, x, k, lam, LAMBDA_MIN, 1, True, True)
-    sources = (randn(3, 6, 33, 35, seed=4), randn(1, 6, 1, 1, seed=5), None,
-               x, None)
+    sources = (randn(3, 6, 33, 35, seed=4), randn(1, 6, 1, 1,
+                                                  seed=5), None, x, None)
     rebuilt = sim.apa_backward_rebuilt(go, k, lam, LAMBDA_MIN, *sources, True,
                                        True)
     for seed in (0, 2, 3):
         with cuda_sim.settings(order_seed=seed):
-            again = sim.aglu_backward(go, x, k, lam, LAMBDA_MIN, 1, True,
-                                      True)
+            again = sim.aglu_backward(go, x, k, lam, LAMBDA_MIN, 1, True, True)
             for a, b in zip(first, again):
                 assert torch.equal(a, b), seed
-            again = sim.apa_backward_rebuilt(go, k, lam, LAMBDA_MIN,
-                                             *sources, True, True)
+            again = sim.apa_backward_rebuilt(go, k, lam, LAMBDA_MIN, *sources,
+                                             True, True)
             for a, b in zip(rebuilt, again):
                 assert torch.equal(a, b), seed
 
@@ -265,26 +263,58 @@ def test_bad_input_is_refused_as_on_cuda(sim):
     sources or coefficients."""
     x = randn(2, 4, 3)
     k, lam = params(4)
-    with pytest.raises(RuntimeError, match=r'mmact::aglu: kappa is Half on '
-                       r'cpu but x is on cpu; the CUDA kernels take float32 '
-                       r"parameters on x's device"):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::aglu: kappa is Half on '
+            r'cpu but x is on cpu; the CUDA kernels take float32 '
+            r"parameters on x's device"):
         sim.aglu(x, k.half(), lam, LAMBDA_MIN, 1)
-    with pytest.raises(TypeError, match=r'mmact::aglu on CUDA takes float32 / '
-                       r'float16 / bfloat16 x, got Double'):
+    with pytest.raises(
+            TypeError,
+            match=r'mmact::aglu on CUDA takes float32 / '
+            r'float16 / bfloat16 x, got Double'):
         sim.aglu(x.double(), k, lam, LAMBDA_MIN, 1)
     with pytest.raises(ValueError, match=r'kappa has 3 values'):
         sim.aglu(x, k[:3], lam, LAMBDA_MIN, 1)
-    with pytest.raises(RuntimeError, match=r'mmact::aglu_backward: grad_out '
-                       r'\[2, 4\] on cpu, x \[2, 4, 3\] on cpu'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::aglu_backward: grad_out '
+            r'\[2, 4\] on cpu, x \[2, 4, 3\] on cpu'):
         sim.aglu_backward(x[..., 0], x, k, lam, LAMBDA_MIN, 1, True, True)
     src = randn(2, 4, 3, 3)
-    with pytest.raises(RuntimeError, match=r'mmact::apa_backward_rebuilt on '
-                       r'CUDA takes \(N, C, ...\) src, grad_out and other of '
-                       r'one shape'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::apa_backward_rebuilt on '
+            r'CUDA takes \(N, C, ...\) src, grad_out and other of '
+            r'one shape'):
         sim.apa_backward_rebuilt(src[:1], k, lam, LAMBDA_MIN, src, None, None,
                                  None, None, True, True)
-    with pytest.raises(ValueError, match=r'scale has 3 values, shift 0, '
-                       r'other_scale 0; expected C=4 each \(scale also '
-                       r'N\*C=8\)'):
+    with pytest.raises(
+            ValueError,
+            match=r'scale has 3 values, shift 0, '
+            r'other_scale 0; expected C=4 each \(scale also '
+            r'N\*C=8\)'):
         sim.apa_backward_rebuilt(src, k, lam, LAMBDA_MIN, src, torch.ones(3),
                                  None, None, None, True, True)
+
+
+def test_rows_over_the_limit_are_refused_before_any_copy(sim):
+    """2^31 rows of a channel (2^32 values, expanded: a dense copy would
+    take 16 GiB): refused naming the shape and the limit before the
+    kernels copy or allocate anything, in each entry."""
+    x = torch.zeros(1, 2).expand(2**31, 2)
+    k, lam = params(2)
+    words = (r"mmact's CUDA kernels take at most 2\^31 - 1 rows of a channel "
+             r'\(got 2147483648 for shape \[2147483648, 2\]\)')
+    with pytest.raises(RuntimeError, match=words):
+        sim.aglu(x, k, lam, LAMBDA_MIN, 1)
+    with pytest.raises(RuntimeError, match=words):
+        sim.apa_backward(x, x, k, lam, LAMBDA_MIN, 1, True, True)
+    src = x[..., None]
+    with pytest.raises(
+            RuntimeError,
+            match=r'rows of a channel \(got '
+            r'2147483648 for shape \[2147483648, 2, 1\]\)'):
+        sim.aglu_backward_rebuilt(src, k, lam, LAMBDA_MIN, src, None, None,
+                                  None, None, True, True)
+    assert cuda_sim.launched() == []

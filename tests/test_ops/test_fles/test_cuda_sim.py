@@ -55,8 +55,9 @@ def case(layout, h, w, window, dtype, seed=0):
 def per_pixel(t, h, w, window):
     """Per-window values (..., nh, nw) spread over their windows' pixels."""
     kh, kw = window
-    return t.repeat_interleave(kh, -2)[..., :h, :].repeat_interleave(
-        kw, -1)[..., :w]
+    return t.repeat_interleave(kh,
+                               -2)[..., :h, :].repeat_interleave(kw,
+                                                                 -1)[..., :w]
 
 
 def window_sums(t, window):
@@ -93,13 +94,13 @@ def test_stats_and_indicator_backward(sim, mode, layout, dtype):
         c_ind, c_div = torch.ops.mmact.fles_stats(planes(x), *window, mode)
         assert torch.equal(div, c_div.reshape(div.shape))
         assert rel(ind, c_ind.reshape(ind.shape)) < 1e-6
-        g_ind = torch.randn(ind.shape, generator=torch.Generator().manual_seed(
-            1))
+        g_ind = torch.randn(
+            ind.shape, generator=torch.Generator().manual_seed(1))
         gx = go.clone()  # go's layout: x's
         sim.fles_indicator_backward(gx, x, g_ind, div, *window, mode)
         slope = (x64 > 0).double() if mode == 'positive' else 1.0
-        want = go.double() + slope * per_pixel(g_ind.double() / want_div, h,
-                                               w, window)
+        want = go.double() + slope * per_pixel(g_ind.double() / want_div, h, w,
+                                               window)
         assert gx.stride() == x.stride() and rel(gx, want) < TOL[dtype]
         c_gx = planes(go)
         torch.ops.mmact.fles_indicator_backward(c_gx, planes(x), planes(g_ind),
@@ -171,36 +172,73 @@ def test_bad_input_is_refused_as_on_cuda(sim):
     dtype or count, an unknown gate or indicator, a grad_out or grad_x of
     another shape or layout."""
     x, k_ve, k_ho, go = case('nchw', 6, 7, (3, 4), torch.float32)
-    with pytest.raises(TypeError, match=r'mmact::fles_stats on CUDA takes a '
-                       r'float32 / float16 / bfloat16 map, got Double'):
+    with pytest.raises(
+            TypeError,
+            match=r'mmact::fles_stats on CUDA takes a '
+            r'float32 / float16 / bfloat16 map, got Double'):
         sim.fles_stats(x.double(), 3, 4, 'positive')
-    with pytest.raises(RuntimeError, match=r'mmact::fles_apply on CUDA takes '
-                       r'an \(N, C, H, W\) or \(planes, H, W\) map \(got '
-                       r'\[6, 7\]\)'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::fles_apply on CUDA takes '
+            r'an \(N, C, H, W\) or \(planes, H, W\) map \(got '
+            r'\[6, 7\]\)'):
         sim.fles_apply(x[0, 0], k_ve, k_ho, 3, 4, 'sigmoid')
-    with pytest.raises(ValueError, match=r'mmact::fles_stats: window \(7, 4\) '
-                       r'must be positive and fit the 6x7 map'):
+    with pytest.raises(
+            ValueError,
+            match=r'mmact::fles_stats: window \(7, 4\) '
+            r'must be positive and fit the 6x7 map'):
         sim.fles_stats(x, 7, 4, 'positive')
-    with pytest.raises(RuntimeError, match=r'mmact::fles_apply on CUDA: k_ve '
-                       r'must hold float32 values on cpu for the \(24, 2, 2\) '
-                       r'windows \(got Double'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::fles_apply on CUDA: k_ve '
+            r'must hold float32 values on cpu for the \(24, 2, 2\) '
+            r'windows \(got Double'):
         sim.fles_apply(x, k_ve.double(), k_ho, 3, 4, 'sigmoid')
     with pytest.raises(RuntimeError, match=r'k_ho must hold float32 values'):
         sim.fles_gate_backward(x, go, k_ve, k_ho[:1], 3, 4, 'sigmoid')
-    with pytest.raises(ValueError, match=r"mmact::fles on CUDA: unknown gate "
-                       r"'gelu'; choose one of sigmoid, tanh_gate, erf, "
-                       r'tanh_softplus'):
+    with pytest.raises(
+            ValueError,
+            match=r"mmact::fles on CUDA: unknown gate "
+            r"'gelu'; choose one of sigmoid, tanh_gate, erf, "
+            r'tanh_softplus'):
         sim.fles_apply(x, k_ve, k_ho, 3, 4, 'gelu')
-    with pytest.raises(ValueError, match=r"indicator mode 'softplus' has no "
-                       r'kernel; choose positive or mean'):
+    with pytest.raises(
+            ValueError,
+            match=r"indicator mode 'softplus' has no "
+            r'kernel; choose positive or mean'):
         sim.fles_stats(x, 3, 4, 'softplus')
-    with pytest.raises(RuntimeError, match=r'mmact::fles_gate_backward on '
-                       r"CUDA takes a grad_out of x's shape"):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::fles_gate_backward on '
+            r"CUDA takes a grad_out of x's shape"):
         sim.fles_gate_backward(x, go[:1], k_ve, k_ho, 3, 4, 'sigmoid')
     ind, div = sim.fles_stats(x, 3, 4, 'mean')
-    with pytest.raises(RuntimeError, match=r'mmact::fles_indicator_backward '
-                       r"on CUDA adds into a grad_x of x's shape, layout and "
-                       r'dtype'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::fles_indicator_backward '
+            r"on CUDA adds into a grad_x of x's shape, layout and "
+            r'dtype'):
         sim.fles_indicator_backward(
             go.contiguous(memory_format=torch.channels_last), x, ind, div, 3,
             4, 'mean')
+
+
+def test_grids_over_the_limit_are_refused_before_any_copy(sim):
+    """A map of 2^32 windows of a tile of channels (expanded: a contiguous
+    copy would take 128 GiB): refused naming the shape, the window and the
+    limit before the kernels copy or allocate anything."""
+    x = torch.zeros(1, 1, 1, 1).expand(1, 8, 2**16, 2**16)
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::fles_stats on CUDA takes '
+            r'at most 2\^31 - 1 windows x tiles of 8 channels \(got '
+            r'4294967296 for shape \[1, 8, 65536, 65536\] and '
+            r'window \(1, 1\)\)'):
+        sim.fles_stats(x, 1, 1, 'positive')
+    ones = torch.ones(1)
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmact::fles_apply on CUDA takes '
+            r'at most 2\^31 - 1 windows'):
+        sim.fles_apply(x, ones, ones, 1, 1, 'sigmoid')
+    assert cuda_sim.launched() == []
