@@ -112,3 +112,12 @@ test-triton3.6: env
 		--target $(TRITON36_DIR) triton==3.6.0 && touch $(TRITON36_DIR)/.complete; }
 	$(TRITON36_ENV) $(PYTHON) -c 'import sys, triton; print("Triton", triton.__version__, "from", triton.__file__); sys.exit(triton.__version__ != "3.6.0")'
 	$(TRITON36_ENV) $(PYTHON) -m pytest -p no:cacheprovider -q --durations=5 $(TRITON36_TESTS)
+
+# The speed guard: the C kernels' ratios to the native ops (AGLU / SiLU,
+# APA / Sigmoid, FleS / GELU at the CPU benchmarks' shapes, and the host
+# cost per call) against their ceilings per vector ISA
+# (tools/benchmarks/bench_guard_ceilings.json); fails naming a ratio over
+# its ceiling or one it could not measure.
+.PHONY: bench-guard
+bench-guard: env
+	$(PYTHON) tools/benchmarks/bench_guard.py
