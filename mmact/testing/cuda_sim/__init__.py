@@ -51,10 +51,8 @@ def build(cache_dir: Optional[str] = None) -> None:
         RuntimeError: what :func:`mmact.ops.cpu_build.build_extension`
             raises (no gcc, a failed build).
     """
-    cpu_build.build_extension(cache_dir=cache_dir,
-                              stem=_STEM,
-                              sources=SOURCES,
-                              include_dirs=[CSRC])
+    cpu_build.build_extension(
+        cache_dir=cache_dir, stem=_STEM, sources=SOURCES, include_dirs=[CSRC])
 
 
 def operators() -> torch._ops._OpNamespace:
