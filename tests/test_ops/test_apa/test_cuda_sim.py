@@ -10,11 +10,9 @@ import torch
 
 from mmact.ops import aglu, apa
 from mmact.ops.apa import rebuild_input
-from mmact.ops.apa.formula import aglu_reference, apa_reference
 from mmact.testing import cuda_sim
 
 OPS = {'apa': apa, 'aglu': aglu}
-OPS_REFERENCE = {'apa': apa_reference, 'aglu': aglu_reference}
 # relative L2 error against float64: the output rounding of the dtype (the
 # GPU formulas' own error is below float32's)
 TOL = {torch.float32: 2e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
@@ -57,34 +55,6 @@ def reference(name, x, kappa, lam, dim, go):
     return (y, *torch.autograd.grad(y, leaves, go.double()))
 
 
-def term_scales(name, x, kappa, lam, dim, go):
-    """The sums of the parameter gradients' terms' magnitudes (float64),
-    per parameter: what a float32 sum's error is relative to (a gradient
-    whose terms cancel is ill-conditioned; its relative error is not the
-    kernel's)."""
-    shapes = []
-    for p in (kappa, lam):
-        shapes.append([1] * x.dim())
-        if p.numel() > 1:
-            shapes[-1][dim] = -1
-    leaves = [
-        p.double().view(shape).expand(x.shape).clone().requires_grad_()
-        for p, shape in zip((kappa, lam.clamp_min(LAMBDA_MIN)), shapes)
-    ]
-    y = OPS_REFERENCE[name](x.double(), *leaves)
-    terms = torch.autograd.grad(y, leaves, go.double())
-    return [
-        t.abs().sum([d for d in range(x.dim())
-                     if shape[d] == 1]).reshape(p.shape)
-        for t, p, shape in zip(terms, (kappa, lam), shapes)
-    ]
-
-
-def close(got, want, scale, tol):
-    """Whether got is want within tol of the terms' scale."""
-    return ((got.double() - want).abs() <= tol * scale).all()
-
-
 def c_kernels(name, x, kappa, lam, dim, go):
     """The same from the C kernels (mmact's CPU operators)."""
     y = getattr(torch.ops.mmact, name)(x, kappa, lam, LAMBDA_MIN, dim)
@@ -97,7 +67,8 @@ def c_kernels(name, x, kappa, lam, dim, go):
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('params_of', ['channel', 'shared', 'mixed'])
-def test_kernels_agree(sim, layouts, name, dtype, params_of):
+def test_kernels_agree(sim, layouts, name, dtype, params_of,
+                       param_grads_close):
     """Forward, backward and the parameter gradients against float64 and
     the C kernels; the output keeps the input's layout; a lambda at the
     clamp gets no gradient."""
@@ -120,10 +91,12 @@ def test_kernels_agree(sim, layouts, name, dtype, params_of):
             assert a.shape == b.shape, what
             assert rel(a, b) < TOL[dtype] and rel(
                 a, o) < 2 * TOL[dtype], (what, rel(a, b))
-        scales = term_scales(name, x, k, lam, dim, go)
-        for a, b, o, scale in zip(got[2:], want[2:], c[2:], scales):
+        for a, b in zip(got[2:], want[2:]):
             assert a.shape == b.shape, what
-            assert close(a, b, scale, 1e-6) and close(a, o, scale, 1e-6), what
+        assert param_grads_close(name, x, k, lam, dim, go, got[2:],
+                                 want[2:]), what
+        assert param_grads_close(name, x, k, lam, dim, go, got[2:],
+                                 c[2:]), what
         if params_of != 'shared':
             assert got[3][0] == 0, what
 
@@ -207,7 +180,7 @@ def test_parameter_gradients_are_bitwise_stable(sim, params_of):
 
 
 @pytest.mark.parametrize('name', ['apa', 'aglu'])
-def test_multiprocessor_counts(sim, name):
+def test_multiprocessor_counts(sim, name, param_grads_close):
     """The plans of 1, 108 and 132 multiprocessors give the float64 values,
     in NCHW and channels last; one multiprocessor walks more tiles per
     block (fewer blocks)."""
@@ -216,19 +189,18 @@ def test_multiprocessor_counts(sim, name):
     go = randn(*x.shape, seed=3)
     for x in (x, x.contiguous(memory_format=torch.channels_last)):
         want = reference(name, x, k, lam, 1, go)
-        scales = term_scales(name, x, k, lam, 1, go)
         grids = []
         for sms in SMS:
             with cuda_sim.settings(multiprocessors=sms):
                 got = kernels(sim, name, x, k, lam, 1, go)
                 grids.append(cuda_sim.launched()[0])
             assert rel(got[0], want[0]) < 2e-6 and rel(got[1], want[1]) < 2e-6
-            for a, b, scale in zip(got[2:], want[2:], scales):
-                assert close(a, b, scale, 1e-6), sms
+            assert param_grads_close(name, x, k, lam, 1, go, got[2:],
+                                     want[2:]), sms
         assert grids[0] < grids[1] <= grids[2], grids
 
 
-def test_plans_of_an_a100_and_an_h100_differ(sim):
+def test_plans_of_an_a100_and_an_h100_differ(sim, param_grads_close):
     """A tensor of 2,032 tiles: about a wave of 8 blocks per
     multiprocessor walks 2 tiles per block on 108, 1 on 132; both sum to
     the float64 gradients."""
@@ -236,14 +208,13 @@ def test_plans_of_an_a100_and_an_h100_differ(sim):
     k, lam = params(8)
     go = randn(*x.shape, seed=3)
     want = reference('aglu', x, k, lam, 1, go)
-    scales = term_scales('aglu', x, k, lam, 1, go)
     for sms, blocks in ((108, 1024), (132, 2032)):
         with cuda_sim.settings(multiprocessors=sms):
             got = sim.aglu_backward(go, x, k, lam, LAMBDA_MIN, 1, True, True)
             assert cuda_sim.launched() == [blocks, 8]
         assert rel(got[0], want[1]) < 2e-6
-        for a, b, scale in zip(got[1:], want[2:], scales):
-            assert close(a, b, scale, 1e-6), sms
+        assert param_grads_close('aglu', x, k, lam, 1, go, got[1:],
+                                 want[2:]), sms
 
 
 def test_empty_input(sim):
