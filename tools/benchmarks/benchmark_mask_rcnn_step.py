@@ -32,9 +32,9 @@ Protocol:
 ``--device cpu --smoke`` runs the same code on the CPU at a toy size (small
 images, few instances and classes) for ``tools/gpu/gpu_check.sh``'s dry run:
 the wall clock stands in for CUDA events, no memory figure is taken, and
-the ``amp`` rows train in float32 (mmact's ``CPUAmpOptimWrapper``, what
-``tools/train.py --amp`` picks without a GPU, autocasts the RPN's boxes to
-bfloat16, which mmcv's CPU nms does not take).
+the ``amp`` rows train under bfloat16 autocast (mmact's
+``CPUAmpOptimWrapper``, what ``tools/train.py --amp`` picks without a
+GPU).
 
 Needs mmdet and mmcv with its compiled ops (RoIAlign on the device).
 
@@ -220,9 +220,8 @@ def _optim_wrapper(model, cfg, device: str, amp: bool):
         if torch.device(device).type == 'cuda':
             wrapper_cfg.type = 'AmpOptimWrapper'
             wrapper_cfg.setdefault('loss_scale', 'dynamic')
-        # On the CPU (the dry run) the step stays float32: under
-        # CPUAmpOptimWrapper's bfloat16 autocast the RPN hands bfloat16
-        # boxes to mmcv's CPU nms, which takes float32 only.
+        else:  # the dry run: bfloat16 autocast
+            wrapper_cfg.type = 'CPUAmpOptimWrapper'
     return build_optim_wrapper(model.to(device), wrapper_cfg)
 
 

@@ -42,7 +42,7 @@
 #   call on the same machine with the parts a first one left).
 #   GPU_CHECK_DRY_RUN=1: every part's script on the CPU at smoke sizes (no
 #   GPU, no mmcv build): wall clocks for CUDA events, no memory figures,
-#   float32 for --amp; gpu.json gets "dry_run": true.
+#   bfloat16 autocast for --amp; gpu.json gets "dry_run": true.
 # On a bare CUDA machine (a CUDA torch, no mmengine / mmdet / mmpretrain, no
 # package index) it installs the wheels of .whl/ (tools/gpu/gpu_wheels.sh
 # downloads them where an index is reachable), mmcv's Python part, and builds
@@ -313,11 +313,11 @@ part_dist() {
   local config=${MRCNN_CONFIG:-configs/toy/apa_mrcnn_r50_toy.py} out="$WORK/dist"
   local train=(--amp) test=()
   if [[ -n $DRY ]]; then
-    # Two training iterations on two images, a test on two: the tools and
-    # the launchers run, the figures mean nothing. No --amp: on the CPU it
-    # is bfloat16 autocast, whose boxes mmcv's CPU nms does not take.
-    train=(--cfg-options train_cfg.max_epochs=1
-           train_dataloader.dataset.dataset.indices=2)
+    # A training iteration on two images (--amp: bfloat16 autocast on the
+    # CPU), a test on two: the tools and the launchers run, the figures
+    # mean nothing.
+    train+=(--cfg-options train_cfg.max_epochs=1
+            train_dataloader.dataset.dataset.indices=2)
     test=(--cfg-options test_dataloader.dataset.indices=2
           model.test_cfg.rcnn.max_per_img=20)
   fi

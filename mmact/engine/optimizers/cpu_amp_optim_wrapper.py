@@ -7,6 +7,8 @@ import torch.nn as nn
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
+from .float32_ops import float32_for_mmcv_ops
+
 __all__ = ['CPUAmpOptimWrapper']
 
 
@@ -19,7 +21,9 @@ class CPUAmpOptimWrapper(OptimWrapper):
     and convolutions run in bfloat16, reductions and losses stay float32
     (torch's CPU autocast lists). bfloat16 keeps float32's exponent range,
     so no loss scaling is needed. ``tools/train.py --amp`` selects it when
-    no accelerator is present.
+    no accelerator is present. A detector's inputs to mmcv's CPU ``nms``
+    and RoI layers, which take float32 only, stay float32
+    (:func:`~mmact.engine.optimizers.float32_ops.float32_for_mmcv_ops`).
 
     Args:
         dtype (str | torch.dtype): Autocast type; only ``'bfloat16'`` (CPU
@@ -45,6 +49,7 @@ class CPUAmpOptimWrapper(OptimWrapper):
         Args:
             model (nn.Module): The training model.
         """
-        with super().optim_context(model), torch.autocast(
-                device_type='cpu', dtype=self.cast_dtype):
+        with super().optim_context(model), float32_for_mmcv_ops(
+                model), torch.autocast(
+                    device_type='cpu', dtype=self.cast_dtype):
             yield
