@@ -8,10 +8,12 @@ and writes ``.safetensors`` weights. See docs/user_guides/safe_loading.md.
 from .allow_list import RefusedGlobal, allowed_globals
 from .loading import (TRUST_FLAG, CheckpointLoadError, UnsafeCheckpointError,
                       add_trust_argument, safe_checkpoint_loading, safe_load)
-from .safetensors_io import is_safetensors, load_safetensors, save_safetensors
+from .safetensors_io import (is_safetensors, load_safetensors,
+                             load_safetensors_metadata, save_safetensors)
 
 __all__ = [
     'RefusedGlobal', 'allowed_globals', 'TRUST_FLAG', 'CheckpointLoadError',
     'UnsafeCheckpointError', 'add_trust_argument', 'safe_checkpoint_loading',
-    'safe_load', 'is_safetensors', 'load_safetensors', 'save_safetensors'
+    'safe_load', 'is_safetensors', 'load_safetensors',
+    'load_safetensors_metadata', 'save_safetensors'
 ]

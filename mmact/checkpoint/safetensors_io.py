@@ -12,7 +12,10 @@ from typing import IO, Any, Dict, Mapping, Optional, Union
 
 import torch
 
-__all__ = ['is_safetensors', 'load_safetensors', 'save_safetensors']
+__all__ = [
+    'is_safetensors', 'load_safetensors', 'load_safetensors_metadata',
+    'save_safetensors'
+]
 
 _INSTALL = 'pip install safetensors (or pip install "mmact[safetensors]")'
 
@@ -78,6 +81,37 @@ def load_safetensors(f: Union[str, os.PathLike, IO[bytes]],
         return backend.load_file(os.fspath(f), device=device)
     tensors = backend.load(f.read())
     return {name: t.to(device) for name, t in tensors.items()}
+
+
+def load_safetensors_metadata(
+        path: Union[str, os.PathLike]) -> Dict[str, Any]:
+    """Read the metadata of a safetensors file (its header only).
+
+    :func:`save_safetensors` stores each value as JSON; a value that is not
+    JSON (a file of another writer) is returned as its string. Needs no
+    safetensors package.
+
+    Args:
+        path: A safetensors file.
+
+    Returns:
+        dict: The ``__metadata__`` of the header, empty when it has none.
+
+    Raises:
+        ValueError: ``path`` is not a safetensors file.
+    """
+    if not is_safetensors(path):
+        raise ValueError(f'{os.fspath(path)} is not a safetensors file')
+    with open(path, 'rb') as file:
+        size = int.from_bytes(file.read(8), 'little')
+        header = json.loads(file.read(size))
+    metadata = {}
+    for key, text in (header.get('__metadata__') or {}).items():
+        try:
+            metadata[key] = json.loads(text)
+        except ValueError:
+            metadata[key] = text
+    return metadata
 
 
 def save_safetensors(state_dict: Mapping[str, torch.Tensor],

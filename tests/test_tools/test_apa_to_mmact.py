@@ -8,6 +8,7 @@ import torch
 from mmengine.registry import DefaultScope
 
 import mmact  # noqa: F401
+from mmact.checkpoint import load_safetensors, load_safetensors_metadata
 from mmact.models.backbones import ActResNet
 from mmact.ops.carafe import carafe_torch
 
@@ -127,12 +128,21 @@ def test_lvis_detector_converts_loads_strictly_and_computes_theirs(tmp_path):
     ref = authors_detector_layout(model)
     src = tmp_path / 'ref_det.pth'
     torch.save({'state_dict': ref, 'meta': {'epoch': 24}}, src)
-    dst = tmp_path / 'mmact_det.pth'
+    dst = tmp_path / 'mmact_det.safetensors'
     apa_to_mmact.main([str(src), str(dst)])
-    state = torch.load(dst, weights_only=True)['state_dict']
-    model.load_state_dict(state, strict=True)
-    _, report = convert_apa_checkpoint({'state_dict': ref})
+    model.load_state_dict(load_safetensors(dst), strict=True)
+    converted, report = convert_apa_checkpoint({'state_dict': ref})
     assert report['config'] == LVIS_R50
+    # LVIS v1's names, in the .pth meta and as JSON in the safetensors file
+    from mmdet.datasets import LVISV1Dataset
+    names = list(LVISV1Dataset.METAINFO['classes'])
+    assert list(converted['meta']['dataset_meta']['classes']) == names
+    assert report['classes'] == \
+        'class names: 1203 from LVISV1Dataset.METAINFO'
+    metadata = load_safetensors_metadata(dst)
+    assert metadata['dataset_meta']['classes'] == names
+    assert metadata['source'] == str(src)
+    assert metadata['backbone_cfg'] == converted['meta']['backbone_cfg']
     head = model.roi_head.mask_head
     # learned-scale predictor: tempearture ** 2 * cos(w, x) + b (theirs)
     t = ref['roi_head.mask_head.conv_logits.tempearture']
@@ -165,7 +175,8 @@ def test_lvis_detector_converts_loads_strictly_and_computes_theirs(tmp_path):
 
 
 @pytest.mark.slow
-def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers():
+def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers(
+        tmp_path, monkeypatch):
     config = ('configs/v3det/cascade-rcnn_apase-aglu-r50_fpn_8xb4-rfs-ms-2x_'
               'v3det.py')
     model = detector(config)
@@ -189,14 +200,27 @@ def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers():
         300 * (1 - g**2) / (2 * 3.14 * (1 + g**2 - 2 * g * cos)),
         rtol=1e-4,
         atol=1e-4)
+    # V3Det's names come from its label file, absent here
+    assert 'dataset_meta' not in converted['meta']
+    assert report['classes'].startswith(
+        'class names: none written (data/V3Det/annotations/category_name_'
+        '13204_v3det_2023_v1.txt (test_dataloader.dataset.label_file, one '
+        'class name a line) does not exist)')
     faster = config.replace('cascade', 'faster')
-    _, report = convert_apa_checkpoint({
+    names = [f'v3det_category_{i}' for i in range(13204)]
+    labels = tmp_path / 'data/V3Det/annotations/' \
+        'category_name_13204_v3det_2023_v1.txt'
+    labels.parent.mkdir(parents=True)
+    labels.write_text('\n'.join(names) + '\n')
+    monkeypatch.chdir(tmp_path)
+    converted, report = convert_apa_checkpoint({
         'state_dict': {
             key.replace('fc_cls.concentration_logit', 'fc_cls.g'): value
             for key, value in reference_layout(detector(faster)).items()
         }
     })
     assert report['config'] == faster
+    assert list(converted['meta']['dataset_meta']['classes']) == names
 
 
 def test_r101_detector_is_matched_to_its_own_config():
@@ -343,6 +367,10 @@ def test_imagenet_classifier_is_matched_to_its_config(tmp_path, capsys):
     printed = capsys.readouterr().out
     config = 'configs/imagenet/apase-aglu-r101_8xb32-coslr-100e_in1k.py'
     assert f'loads with strict=True into {config}' in printed
+    assert 'class names: 1000 from ImageNet.METAINFO' in printed
+    from mmpretrain.datasets import ImageNet
+    meta = torch.load(dst, weights_only=True)['meta']
+    assert meta['dataset_meta']['classes'] == ImageNet.METAINFO['classes']
     assert '--cfg-options model.backbone.act_cfg.lambda_min=1e-08' in printed
 
 

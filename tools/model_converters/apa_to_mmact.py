@@ -7,7 +7,12 @@ Usage::
 SRC is a file or any URI mmengine loads (``https://...``); it is read through
 mmact's allow-list (``--trust-checkpoint SRC`` to unpickle a file you trust
 fully). A DST ending in ``.safetensors`` is written as safetensors weights
-(needs the safetensors package), anything else as a torch checkpoint.
+(needs the safetensors package) with the meta as JSON strings in its
+metadata, anything else as a torch checkpoint. A model matched to an mmact
+config carries that config's ``dataset_meta`` (class names, palette: LVIS
+v1's and ImageNet's from the dataset classes, V3Det's from its label file
+where it exists here), which mmdet's and mmpretrain's inferencers and
+tools/misc/infer_image.py draw and name the classes with.
 
 Classification checkpoints (``{'model': ...}``) become mmpretrain
 ``ImageClassifier`` weights (``backbone.*`` + ``head.fc.*``) and the inferred
@@ -363,8 +368,9 @@ def convert_apa_checkpoint(checkpoint: dict,
 
     Returns:
         tuple: ``({'state_dict': ..., 'meta': {...}}, report)`` where report
-        lists ``layout``, ``backbone_cfg``, ``dropped`` and ``passed_through``
-        keys.
+        lists ``layout``, ``backbone_cfg``, ``config``, ``classes``,
+        ``dropped`` and ``passed_through`` keys; ``meta`` holds the matched
+        config's ``dataset_meta`` (see :func:`config_class_names`).
 
     Raises:
         ValueError: Unknown layout or keys (see :func:`convert_apa_backbone`).
@@ -447,10 +453,16 @@ def convert_apa_checkpoint(checkpoint: dict,
         check_loads_strictly(out, config)
     meta = dict(
         converted_by='mmact ' + CONVERTER, layout=layout, backbone_cfg=cfg)
+    classes = None
+    if config is not None:
+        dataset_meta, classes = config_class_names(config)
+        if dataset_meta is not None:
+            meta['dataset_meta'] = dataset_meta
     report = dict(
         layout=layout,
         backbone_cfg=cfg,
         config=config,
+        classes=classes,
         dropped=dropped,
         passed_through=passed,
         num_keys=len(out))
@@ -555,6 +567,39 @@ def matching_classifier_config(state_dict: Dict[str, torch.Tensor],
     return (f'configs/imagenet/{variant}-r{depth}_8xb32-coslr-100e_in1k.py')
 
 
+def config_class_names(config: str) -> Tuple[Optional[dict], str]:
+    """The ``dataset_meta`` (class names, palette) of ``config``'s dataset,
+    which mmdet's and mmpretrain's inferencers read from a checkpoint.
+
+    LVIS v1, COCO and ImageNet name their classes in their dataset class;
+    V3Det's come from its label file under the data root, read when it
+    exists here.
+
+    Returns:
+        tuple: ``(dataset_meta or None, a line saying where the names come
+        from or why there are none)``.
+
+    Raises:
+        ValueError: The dataset names another number of classes than the
+            config's model predicts.
+    """
+    from mmact.utils.class_names import (config_dataset_meta,
+                                         model_num_classes)
+    from mmact.utils.preflight import load_config
+    cfg = load_config(str(Path(__file__).resolve().parents[2] / config))
+    dataset_meta, source = config_dataset_meta(cfg)
+    if dataset_meta is None:
+        return None, (f'class names: none written ({source}); '
+                      'tools/misc/infer_image.py reads them from the '
+                      "config's dataset, or numbers them")
+    count, key = model_num_classes(cfg)
+    names = len(dataset_meta['classes'])
+    if count is not None and names != count:
+        raise ValueError(f'{source} names {names} classes, {config} '
+                         f'predicts {count} ({key})')
+    return dataset_meta, f'class names: {names} from {source}'
+
+
 def check_loads_strictly(state_dict: Dict[str, torch.Tensor],
                          config: str) -> None:
     """Build ``config``'s model and load ``state_dict`` into it with
@@ -640,6 +685,8 @@ def main(argv=None) -> None:
     print(f'{report["layout"]} checkpoint: {report["num_keys"]} keys -> '
           f'{args.dst}')
     print(f'backbone config: {report["backbone_cfg"]}')
+    if report['classes']:
+        print(report['classes'])
     if report['config']:
         lambda_min = report['backbone_cfg'].get('act_cfg',
                                                 {}).get('lambda_min')
