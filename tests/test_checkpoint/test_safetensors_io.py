@@ -73,3 +73,22 @@ def test_a_resume_needs_the_full_checkpoint(tmp_path, weights):
     check_checkpoint(str(path))  # weights: fine for load_from
     with pytest.raises(ValueError, match='holds weights only'):
         check_checkpoint(str(path), resume=True)
+
+
+def test_metadata_is_read_back_from_the_header(tmp_path, weights):
+    """save_safetensors stores JSON; other writers' plain strings stay
+    strings; a file of another format is refused by name."""
+    import safetensors.torch
+
+    from mmact.checkpoint import load_safetensors_metadata
+    path = tmp_path / 'w.safetensors'
+    meta = dict(dataset_meta=dict(classes=['a', 'b'], palette=[[1, 2, 3]]))
+    save_safetensors(weights, path, metadata=meta)
+    assert load_safetensors_metadata(path) == meta
+    safetensors.torch.save_file({'x': torch.zeros(1)},
+                                str(path),
+                                metadata={'format': 'pt'})
+    assert load_safetensors_metadata(path) == {'format': 'pt'}
+    torch.save({'x': torch.zeros(1)}, tmp_path / 'w.pth')
+    with pytest.raises(ValueError, match='w.pth is not a safetensors file'):
+        load_safetensors_metadata(tmp_path / 'w.pth')
