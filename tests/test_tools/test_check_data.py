@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / 'tools/misc/check_data.py'
 LVIS = 'configs/lvis/apa_mrcnn_r50.py'
 IMAGENET_LT = 'configs/imagenet/apase-aglu-r50_cos-cls_8xb32-coslr-200e_in1k-lt.py'
+V3DET = 'configs/v3det/faster-rcnn_apase-aglu-r50_fpn_8xb4-rfs-ms-2x_v3det.py'
 
 
 @pytest.fixture(scope='module')
@@ -125,3 +126,38 @@ def test_classification_list_lines_are_named(generated, tmp_path, capsys,
     status, _, err = check(capsys, IMAGENET_LT, *options)
     assert status == 1
     assert f'ImageNet_LT_test.txt: line 3: {fixed[2]!r} has no label' in err
+
+
+def test_missing_v3det_label_file_is_named_with_its_download(
+        tmp_path, capsys, monkeypatch):
+    """V3DetDataset reads its class names from data_root by default."""
+    root = tmp_path / 'data/V3Det'
+    generate_toy_data('v3det', str(root))
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = check(capsys, V3DET, '--paths-only')
+    assert status == 0, out
+    labels = root / 'annotations/category_name_13204_v3det_2023_v1.txt'
+    labels.unlink()
+    status, _, err = check(capsys, V3DET, '--paths-only')
+    assert status == 1
+    lines = err.splitlines()
+    relative = labels.relative_to(tmp_path)
+    for split in ('train_dataloader.dataset.dataset', 'val_dataloader.dataset',
+                  'test_dataloader.dataset'):
+        assert f'  {relative} ({split}.label_file)' in lines
+    assert 'to get them: V3Det: the images, v3det_2023_v1_train.json, ' \
+        'v3det_2023_v1_val.json and category_name_13204_v3det_2023_v1.txt ' \
+        'from https://v3det.openxlab.org.cn/' in lines
+    assert lines[-1] == f'mmact: {REPO / V3DET}: files and folders ' \
+        'missing (where each dataset comes from and its layout: ' \
+        'docs/user_guides/datasets.md); 3 listed above'
+
+
+def test_missing_generated_set_names_its_generator(tmp_path, capsys,
+                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, _, err = check(capsys, 'configs/toy/apa_mrcnn_r50_toy.py',
+                           '--paths-only')
+    assert status == 1
+    assert 'to get them: python tools/misc/generate_toy_data.py lvis ' \
+        '--out-dir data/' in err.splitlines()

@@ -7,9 +7,13 @@ Usage::
 In order, stopping at the first kind of problem (exit status 1, every
 problem of that kind listed, each naming the file and the field):
 
-1. the annotation files and image folders the config names exist
-   (``data_root`` + ``ann_file`` / ``data_prefix``, the evaluators'
-   ``ann_file``);
+1. the files and folders the config reads exist (``data_root`` +
+   ``ann_file`` / ``data_prefix``, the files a dataset class reads by
+   default such as V3Det's class names ``label_file``, the evaluators'
+   and the model's ``*_file`` keys such as ImageNet-LT's
+   ``train_ann_file``), each missing one listed, then how to get them:
+   the generator command of a generated set (``data/toy_<format>``), the
+   publisher's download of a real dataset;
 2. the annotation files have the fields mmdet / mmpretrain read
    (COCO-format JSON: ``images[i].coco_url`` / ``file_name``,
    ``annotations[j].bbox``, ``category_id``, ``segmentation``, ...;
@@ -28,8 +32,6 @@ import sys
 from typing import List, Optional
 
 from mmengine.config import DictAction
-
-DATASETS_GUIDE = 'docs/user_guides/datasets.md'
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -57,10 +59,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _fail(title: str, lines: List[str]) -> int:
-    """The problems, one a line, then ``mmact: <title>`` (exit status 1)."""
+def _fail(title: str, lines: List[str], hints: List[str] = ()) -> int:
+    """The problems, one a line, how to fix them, then ``mmact: <title>``
+    (exit status 1)."""
     for line in lines:
         print(f'  {line}', file=sys.stderr)
+    for hint in hints:
+        print(f'to get them: {hint}', file=sys.stderr)
     print(f'mmact: {title}; {len(lines)} listed above', file=sys.stderr)
     return 1
 
@@ -68,8 +73,9 @@ def _fail(title: str, lines: List[str]) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     import mmact  # noqa: F401  (registers mmact components)
-    from mmact.utils.preflight import (DataCheckError, annotation_problems,
-                                       check_datasets, inspect_data_paths,
+    from mmact.utils.preflight import (DATASETS_GUIDE, DataCheckError,
+                                       annotation_problems, check_datasets,
+                                       fill_hints, inspect_data_paths,
                                        load_config, missing_images)
     cfg = load_config(args.config, args.cfg_options)
     splits = [s for s in args.splits if cfg.get(f'{s}_dataloader')]
@@ -79,7 +85,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if missing:
         return _fail(
             f'{args.config}: files and folders missing (where each dataset '
-            f'comes from and its layout: {DATASETS_GUIDE})', missing)
+            f'comes from and its layout: {DATASETS_GUIDE})', missing,
+            fill_hints(cfg, missing))
     if args.paths_only:
         print(f'{args.config}: the files and folders of '
               f'{", ".join(splits)} exist')

@@ -8,11 +8,17 @@ other datasets at least need ``data_root``; wrappers (``dataset=``) and
 ``ConcatDataset`` (``datasets=``). Paths on a remote storage backend
 (``backend_args``, ``file_client_args`` or a ``scheme://`` path) cannot be
 seen by ``os.path`` and are skipped with a note, as is data a dataset
-downloads itself (``download=True``).
+downloads itself (``download=True``). Beside those: the files a dataset
+class reads by default (V3Det's class names, ``label_file``), and the
+files the model and the evaluators read (``*_file`` keys: the ImageNet-LT
+head's and metric's ``train_ann_file``). :func:`fill_hints` says how to
+get each missing path: the generator command for a generated set
+(``data/toy_<format>``), the publisher's download for a real one.
 """
 import importlib.util
 import inspect
 import os.path as osp
+import re
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from mmengine.config import Config
@@ -20,14 +26,37 @@ from mmengine.logging import print_log
 from mmengine.registry import DATASETS
 
 __all__ = [
-    'GENERATE_HINT', 'inspect_data_paths', 'missing_data_paths',
-    'check_data_paths'
+    'DATASETS_GUIDE', 'inspect_data_paths', 'missing_data_paths',
+    'fill_hints', 'check_data_paths'
 ]
 
-GENERATE_HINT = ('Generate the small built-in datasets with '
-                 '`python tools/misc/generate_toy_data.py --out-dir data/`, '
-                 'or place the real dataset there '
-                 '(docs/user_guides/datasets.md, "2. Lay them out").')
+DATASETS_GUIDE = 'docs/user_guides/datasets.md'
+# Where each dataset's files come from, by dataset class (a subclass takes
+# its own entry before its parents'): DATASETS_GUIDE's download table.
+_DOWNLOADS = {
+    'LVISV1Dataset':
+    'LVIS v1: lvis_v1_train.json and lvis_v1_val.json from '
+    'https://www.lvisdataset.org/dataset, the images COCO 2017\'s '
+    '(train2017.zip, val2017.zip from https://cocodataset.org/#download)',
+    'V3DetDataset':
+    'V3Det: the images, v3det_2023_v1_train.json, v3det_2023_v1_val.json '
+    'and category_name_13204_v3det_2023_v1.txt from '
+    'https://v3det.openxlab.org.cn/',
+    'Objects365V2Dataset':
+    'Objects365 v2: the images and zhiyuan_objv2_train.json, '
+    'zhiyuan_objv2_val.json from https://www.objects365.org/',
+    'CocoDataset':
+    'COCO 2017: train2017.zip, val2017.zip and annotations_trainval2017.zip '
+    'from https://cocodataset.org/#download',
+    'ImageNet':
+    'ImageNet-1k: the images from https://image-net.org/download.php, the '
+    'meta/train.txt and meta/val.txt lists as mmpretrain\'s ImageNet '
+    'documentation describes them; ImageNet-LT: its lists '
+    'ImageNet_LT_{train,val,test}.txt from '
+    'https://github.com/zhmiao/OpenLongTailRecognition-OLTR',
+}
+# <out-dir>/toy_<format>/: what tools/misc/generate_toy_data.py writes
+_GENERATED = re.compile(r'^(?P<out>.*?)/?\btoy_(?P<format>[a-z0-9]+)(/|$)')
 
 # mmpretrain datasets that read the folder named by ``split`` when no
 # ``data_prefix`` is given.
@@ -162,6 +191,13 @@ def _inspect_dataset(dataset: dict, where: str,
     if not checked and root and not osp.isdir(root):
         missing.append(f'{root} ({where}.data_root)')
 
+    # read by the dataset class from data_root (V3Det's class names)
+    label_file = dataset.get('label_file', _default(cls, 'label_file'))
+    if isinstance(label_file, str) and label_file:
+        path = join(label_file)
+        if not osp.exists(path):
+            missing.append(f'{path} ({where}.label_file)')
+
     download = dataset.get('download', _default(cls, 'download'))
     if missing and download is True:
         notes += [
@@ -214,17 +250,82 @@ def inspect_data_paths(cfg: Config,
                 missing += more
                 notes += more_notes
         for metric in _metrics(cfg.get(f'{split}_evaluator')):
-            ann_file = metric.get('ann_file')
-            if not isinstance(ann_file, str) or not ann_file:
-                continue
-            where = f'{split}_evaluator.ann_file'
             backend = _remote_backend(
                 metric.get('backend_args') or metric.get('file_client_args'))
-            if backend or _is_uri(ann_file):
-                notes.append(f'{ann_file} ({where}): remote, not checked')
-            elif not osp.exists(ann_file):
-                missing.append(f'{ann_file} ({where})')
+            for key, path in _file_keys(metric, f'{split}_evaluator'):
+                if backend or _is_uri(path):
+                    notes.append(f'{path} ({key}): remote, not checked')
+                elif not osp.exists(path):
+                    missing.append(f'{path} ({key})')
+    # the model reads these whatever the split (ImageNet-LT's class prior)
+    for key, path in _file_keys(cfg.get('model'), 'model'):
+        if not _is_uri(path) and not osp.exists(path):
+            missing.append(f'{path} ({key})')
     return missing, notes
+
+
+def _file_keys(node: Any, where: str) -> Iterator[Tuple[str, str]]:
+    """``(config key, path)`` of every non-empty ``*_file`` string below
+    ``node`` (an evaluator's ``ann_file``, a head's ``train_ann_file``)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(key, str) and key.endswith('_file') and isinstance(
+                    value, str) and value:
+                yield f'{where}.{key}', value
+            else:
+                yield from _file_keys(value, f'{where}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _file_keys(value, where)
+
+
+def _dataset_downloads(cfg: Config) -> List[str]:
+    """The downloads of the config's datasets, one per dataset class."""
+    scope = cfg.get('default_scope')
+    found: List[str] = []
+    for split in _SPLITS:
+        loader = cfg.get(f'{split}_dataloader')
+        for _, dataset in _leaf_datasets(
+                loader.get('dataset') if isinstance(loader, dict) else None,
+                ''):
+            cls = _dataset_class(dataset, scope)
+            names = [c.__name__ for c in cls.__mro__] if cls else []
+            source = next((_DOWNLOADS[n] for n in names if n in _DOWNLOADS),
+                          None)
+            if source is not None and source not in found:
+                found.append(source)
+    return found
+
+
+def fill_hints(cfg: Config, missing: Sequence[str]) -> List[str]:
+    """How to get the paths :func:`inspect_data_paths` lists as missing.
+
+    Args:
+        cfg (Config): The config they were listed for.
+        missing (Sequence[str]): Its lines (``<path> (<config key>)``).
+
+    Returns:
+        list[str]: The generator command of each generated set
+        (``<out-dir>/toy_<format>``), the publisher's download of each real
+        dataset of the config.
+    """
+    from mmact.testing.toy_data.formats import TOY_FORMATS
+    hints: List[str] = []
+    real = False
+    for line in missing:
+        match = _GENERATED.match(line.rsplit(' (', 1)[0])
+        if match and match['format'] in TOY_FORMATS:
+            hint = ('python tools/misc/generate_toy_data.py '
+                    f'{match["format"]} --out-dir {match["out"] or "."}/')
+            if hint not in hints:
+                hints.append(hint)
+        else:
+            real = True
+    if real:
+        hints += _dataset_downloads(cfg) or [
+            'place the dataset where the config names it'
+        ]
+    return hints
 
 
 def missing_data_paths(cfg: Config, splits: Sequence[str]) -> List[str]:
@@ -258,4 +359,6 @@ def check_data_paths(cfg: Config, splits: Sequence[str]) -> None:
     if missing:
         raise FileNotFoundError(
             'Dataset paths of this config do not exist:\n' +
-            '\n'.join(f'  {m}' for m in missing) + f'\n{GENERATE_HINT}')
+            '\n'.join(f'  {m}' for m in missing) + '\nTo get them: ' +
+            '; '.join(fill_hints(cfg, missing)) +
+            f'. Each dataset\'s source and layout: {DATASETS_GUIDE}')

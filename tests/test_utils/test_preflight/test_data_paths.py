@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 from mmengine.config import Config
 
-from mmact.utils.preflight import (check_data_paths, inspect_data_paths,
-                                   load_config, missing_data_paths)
+from mmact.utils.preflight import (check_data_paths, fill_hints,
+                                   inspect_data_paths, load_config,
+                                   missing_data_paths)
 
 REPO = Path(__file__).resolve().parents[3]
 TOY_LVIS = str(REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-lvis.py')
@@ -15,19 +16,63 @@ def _train(dataset: dict, **cfg) -> Config:
 
 
 def test_missing_dataset_names_every_path_and_the_generator(tmp_path):
+    root = tmp_path / 'toy_lvis'
     cfg = load_config(
         TOY_LVIS, {
-            'train_dataloader.dataset.dataset.data_root': f'{tmp_path}/',
-            'val_dataloader.dataset.data_root': f'{tmp_path}/',
-            'val_evaluator.ann_file':
-            f'{tmp_path}/annotations/lvis_v1_val.json'
+            'train_dataloader.dataset.dataset.data_root': f'{root}/',
+            'val_dataloader.dataset.data_root': f'{root}/',
+            'val_evaluator.ann_file': f'{root}/annotations/lvis_v1_val.json'
         })
     missing = missing_data_paths(cfg, ('train', 'val'))
     assert any('lvis_v1_train.json' in m and 'dataset.dataset.ann_file' in m
                for m in missing)
     assert any('val_evaluator.ann_file' in m for m in missing)
-    with pytest.raises(FileNotFoundError, match='generate_toy_data.py'):
+    with pytest.raises(FileNotFoundError) as error:
         check_data_paths(cfg, ('train', 'val'))
+    assert str(error.value).endswith(
+        'To get them: python tools/misc/generate_toy_data.py lvis --out-dir '
+        f"{tmp_path}/. Each dataset's source and layout: "
+        'docs/user_guides/datasets.md')
+
+
+def test_real_dataset_hint_names_its_download(tmp_path, monkeypatch):
+    """Paths of the real LVIS v1 root are not filled by the generator."""
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(str(REPO / 'configs/lvis/apa_mrcnn_r50.py'))
+    missing = missing_data_paths(cfg, ('val', ))
+    assert fill_hints(cfg, missing) == [
+        'LVIS v1: lvis_v1_train.json and lvis_v1_val.json from '
+        "https://www.lvisdataset.org/dataset, the images COCO 2017's "
+        '(train2017.zip, val2017.zip from https://cocodataset.org/#download)'
+    ]
+
+
+def test_v3det_label_file_is_checked(tmp_path, monkeypatch):
+    """V3DetDataset reads its class names from data_root by default."""
+    monkeypatch.chdir(tmp_path)
+    config = REPO / ('configs/v3det/faster-rcnn_apase-aglu-r50_fpn_8xb4-rfs-'
+                     'ms-2x_v3det.py')
+    cfg = load_config(str(config))
+    labels = 'data/V3Det/annotations/category_name_13204_v3det_2023_v1.txt'
+    line = f'{labels} (test_dataloader.dataset.label_file)'
+    assert line in missing_data_paths(cfg, ('test', ))
+    (tmp_path / labels).parent.mkdir(parents=True)
+    (tmp_path / labels).write_text('a\n')
+    assert line not in missing_data_paths(cfg, ('test', ))
+    cfg.test_dataloader.dataset.label_file = 'names.txt'
+    assert 'data/V3Det/names.txt (test_dataloader.dataset.label_file)' in \
+        missing_data_paths(cfg, ('test', ))
+
+
+def test_model_and_metric_files_are_checked(tmp_path, monkeypatch):
+    """ImageNet-LT's head and ShotAccuracy read the training list."""
+    monkeypatch.chdir(tmp_path)
+    config = REPO / ('configs/imagenet/apase-aglu-r50_cos-cls_8xb32-coslr-'
+                     '200e_in1k-lt.py')
+    missing = missing_data_paths(load_config(str(config)), ('test', ))
+    listing = 'data/imagenet/meta/ImageNet_LT_train.txt'
+    assert f'{listing} (model.head.train_ann_file)' in missing
+    assert f'{listing} (test_evaluator.train_ann_file)' in missing
 
 
 def test_image_folder_checked(tmp_path):
