@@ -8,6 +8,7 @@ before a model is built, in well under a second after the imports. One
 test runs tools/test.py as its own process, and ``MMACT_DEBUG=1`` adds the
 traceback.
 """
+import logging
 import os
 import runpy
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmengine.logging import MMLogger
 
 from mmact.utils.preemption import STOP_SIGNALS
 from mmact.utils.refusal import DEBUG_VARIABLE
@@ -63,6 +65,12 @@ def refused(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv('LOCAL_RANK', '0')  # train / test set it
 
     def run(tool: str, *args) -> str:
+        # loggers of earlier tests may still write to a stderr capture that
+        # has closed ('--- Logging error ---' and its traceback)
+        for logger in MMLogger._instance_dict.values():
+            for handler in logger.handlers:
+                if type(handler) is logging.StreamHandler:
+                    monkeypatch.setattr(handler, 'stream', sys.stderr)
         path = str(REPO / 'tools' / tool)
         monkeypatch.setattr(sys, 'argv', [path, *map(str, args)])
         monkeypatch.setattr(sys, 'path', [str(Path(path).parent), *sys.path])
