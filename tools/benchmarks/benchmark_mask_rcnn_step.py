@@ -78,7 +78,7 @@ BASELINES = ('SE-ReLU', 'ReLU')
 
 #: The batch of the protocol and the dry run's toy one.
 FULL = dict(images=2, height=800, width=1216, instances=20, classes=1203)
-SMOKE = dict(images=2, height=96, width=128, instances=3, classes=8)
+SMOKE = dict(images=2, height=64, width=64, instances=3, classes=8)
 #: The dry run's sampling, as configs/toy/_base_/lvis_toy.py's: far fewer
 #: anchors, proposals and RoIs per image, so that a CPU step takes seconds.
 SMOKE_TRAIN_CFG = dict(

@@ -41,8 +41,9 @@
 #   GPU_CHECK_PARTS="host_cost mask_rcnn": only these parts (e.g. a second
 #   call on the same machine with the parts a first one left).
 #   GPU_CHECK_DRY_RUN=1: every part's script on the CPU at smoke sizes (no
-#   GPU, no mmcv build): wall clocks for CUDA events, no memory figures,
-#   bfloat16 autocast for --amp; gpu.json gets "dry_run": true.
+#   GPU, no mmcv build; the test parts collect their tests): wall clocks for
+#   CUDA events, no memory figures, bfloat16 autocast for --amp; gpu.json
+#   gets "dry_run": true.
 # On a bare CUDA machine (a CUDA torch, no mmengine / mmdet / mmpretrain, no
 # package index) it installs the wheels of .whl/ (tools/gpu/gpu_wheels.sh
 # downloads them where an index is reachable), mmcv's Python part, and builds
@@ -209,8 +210,13 @@ else
   BENCH=(--device cuda)
 fi
 
+# The parts' pytest runs. The dry run collects them only: on the CPU their
+# GPU cases skip and the suite (make test) runs the others itself.
+PYTEST_RUN=(-q -p no:cacheprovider -rs)
+[[ -n $DRY ]] && PYTEST_RUN+=(--collect-only)
+
 part_tests() {
-  "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
+  "$PYTHON" -m pytest "${PYTEST_RUN[@]}" \
     tests/test_ops/test_triton_kernels.py tests/test_ops/test_backends.py \
     -k "not interpreter"
 }
@@ -265,7 +271,7 @@ part_cuda_kernels() {
   if [[ -z $DRY ]]; then
     "$PYTHON" -m mmact.ops.cuda_build || return 1
   fi
-  "$PYTHON" -m pytest -q -p no:cacheprovider -rs "${CUDA_ROW_TESTS[@]}" \
+  "$PYTHON" -m pytest "${PYTEST_RUN[@]}" "${CUDA_ROW_TESTS[@]}" \
     || status=1
   [[ -z $DRY ]] && { sanitize_cuda_kernels || status=1; }
   return $status
