@@ -70,8 +70,10 @@ docs: env
 # Triton 2.1, numpy < 2, in .venv-torch2.1/. CI runs it after `make test`, with the
 # config sweep (every shipped config trains a step and evaluates) cut to the
 # toy configs and configs/lvis/apa_mrcnn_r50.py, and without the tests
-# marked stack_independent (setup.cfg: their outcome cannot depend on torch
-# or numpy).
+# marked stack_independent: they run no torch operator, numpy function or
+# process and import nothing of the stack, so their outcome cannot depend on
+# it (the rule: mmact/testing/stack_rule.py; tests/conftest.py holds each
+# marked test to it in `make test`).
 TORCH21_PYTEST_ARGS ?= -k 'not test_config_trains_and_evaluates or _toy or apa_mrcnn_r50' -m 'not stack_independent'
 
 env-torch2.1:

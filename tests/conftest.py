@@ -11,8 +11,12 @@ import pytest
 import torch
 
 from mmact.compat import CPU_AUTOCAST_FLOAT16
+from mmact.testing.stack_rule import StackUse, stack_imports
 
 REPO = Path(__file__).resolve().parents[1]
+#: What a stack_independent test's fixtures used of the stack while they
+#: were set up (checked with the test's own use, pytest_runtest_call).
+_SETUP_USE = pytest.StashKey[List[str]]()
 
 
 @pytest.fixture(scope='session')
@@ -159,3 +163,44 @@ def pytest_configure(config: pytest.Config) -> None:
         for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
             os.environ.setdefault(name, '1')
         torch.set_num_threads(1)
+
+
+def _stack_independent(item: pytest.Item) -> bool:
+    return item.get_closest_marker('stack_independent') is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """Record what a ``stack_independent`` test's fixtures use of the
+    stack while they are set up (mmact.testing.stack_rule)."""
+    if not _stack_independent(item):
+        return (yield)
+    with StackUse() as use:
+        try:
+            return (yield)
+        finally:
+            item.stash[_SETUP_USE] = use.found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Hold each ``stack_independent`` test to the rule of
+    :mod:`mmact.testing.stack_rule` (make test-torch2.1 leaves these tests
+    out): it fails naming the torch operator, numpy function, process or
+    import of the stack that it or its fixtures used."""
+    if not _stack_independent(item):
+        return (yield)
+    with StackUse() as use:
+        result = yield
+    used = item.stash.get(_SETUP_USE, []) + use.found
+    imported = stack_imports(item.module, getattr(item, 'function', None))
+    if used or imported:
+        what = [f'imports {", ".join(imported)}'] if imported else []
+        what += [f'used {", ".join(used)}'] if used else []
+        pytest.fail(
+            f'{item.nodeid} is marked stack_independent (make '
+            'test-torch2.1 leaves it out) but its outcome can depend on the '
+            f'stack (mmact/testing/stack_rule.py): it {"; ".join(what)}. '
+            'Remove the mark or the use.',
+            pytrace=False)
+    return result

@@ -91,8 +91,10 @@ def parse_tool_args(
     pytest.fail(f'{script} never parsed its arguments')
 
 
+@functools.lru_cache(maxsize=None)
 def build_config(path: Path) -> None:
-    """Load a config and build its model, as the Runner would."""
+    """Load a config and build its model, as the Runner would; once per
+    config and process (pages name the same configs many times)."""
     from mmengine.registry import MODELS, DefaultScope
 
     from mmact.utils.preflight import load_config
@@ -530,16 +532,37 @@ def run_onnx_export(block: DocBlock, cwd: Path, monkeypatch) -> None:
     assert {node.domain for node in graph.node} <= {'', 'ai.onnx'}
 
 
+def _uses_the_stack(block: DocBlock) -> bool:
+    """Whether the block's test runs torch code (mmact/testing/
+    stack_rule.py): it runs the block, builds a config (a config snippet, a
+    config a command names) or runs a Python tool or module up to its
+    parser. Make targets, pip requirements, shell scripts and Python
+    imports are read only, the same on both stacks."""
+    if (block.page, _first_command(block)) in RUNS:
+        return True
+    if block.language == 'python':
+        return _is_config(ast.parse(block.text))
+    for command in shell_commands(block.text):
+        program = command.argv[0]
+        if program.endswith(('python', 'python3')):
+            if command.argv[1:3] != ['-m', 'pytest']:
+                return True
+        elif program == 'bash' or program.endswith('.sh'):
+            script = command.argv[1] if program == 'bash' else program
+            if script in LAUNCHERS:
+                return True
+    return False
+
+
 def _block_params() -> list:
-    """Every block; the checked ones (not run) do not depend on the torch
-    stack (make test-torch2.1 skips them), the run ones run on both."""
+    """Every block; those whose test uses nothing of the stack run once, on
+    the default one (make test-torch2.1 leaves them out), the others on
+    both."""
     return [
         pytest.param(
             b,
             id=b.name,
-            marks=() if
-            (b.page,
-             _first_command(b)) in RUNS else pytest.mark.stack_independent)
+            marks=() if _uses_the_stack(b) else pytest.mark.stack_independent)
         for b in BLOCKS
     ]
 

@@ -7,9 +7,13 @@ import re
 from pathlib import Path
 from typing import Dict, List
 
+import pytest
 import yaml
 
 from mmact.testing.doc_text import SourceText, source_texts
+
+# reads pages, metafiles and sources only
+pytestmark = pytest.mark.stack_independent
 
 REPO = Path(__file__).resolve().parents[1]
 #: a converted checkpoint of the authors' models, as the pages name it

@@ -10,6 +10,11 @@ import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
+import pytest
+
+# reads mmact's sources only
+pytestmark = pytest.mark.stack_independent
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

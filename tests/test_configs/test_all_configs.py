@@ -11,6 +11,8 @@ the configs that inherit them.
 The fast tests check what the short runs cannot: the untouched settings
 (custom_imports, the zero-decay constructor, paper hyper-parameters) and that
 every detector's pretrained checkpoint is the file its ImageNet config writes.
+They read config files only (``stack_independent``: once, on the default
+stack).
 """
 import functools
 import math
@@ -20,7 +22,6 @@ from glob import glob
 from pathlib import Path
 
 import pytest
-import torch.nn as nn
 from mmengine.config import Config
 from mmengine.hooks import Hook
 
@@ -106,6 +107,7 @@ class _MetricCapture(Hook):
 
 
 def _activation_types():
+    import torch.nn as nn
     return tuple(
         getattr(activations, name) for name in activations.__all__
         if isinstance(getattr(activations, name), type)
@@ -151,6 +153,7 @@ def _dict_key(cfg: Config) -> str:
     return repr(sorted(cfg.to_dict().items(), key=lambda kv: kv[0]))
 
 
+@pytest.mark.stack_independent
 def test_every_config_is_collected():
     """The glob sees every config of the five datasets and the aliases."""
     assert len(SHIPPED) >= 27
@@ -240,6 +243,7 @@ def _network(backbone):
             if backbone.type == 'ActSwapBackbone' else backbone)
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize('config', SHIPPED)
 def test_config_settings(config):
     cfg = _load(config)
@@ -272,6 +276,7 @@ def test_config_settings(config):
         assert backbone.type == 'ResNet' and f'_r{backbone.depth}_' in name
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize('config', [c for c in SHIPPED
                                     if c.startswith('configs/lvis/')])
 def test_lvis_settings(config):
@@ -327,6 +332,7 @@ def test_lvis_settings(config):
     assert cfg.val_evaluator.metric == ['bbox', 'segm']
 
 
+@pytest.mark.stack_independent
 def test_mission_config_is_the_apa_r50_lvis_config():
     short = _load('configs/lvis/apa_mrcnn_r50.py')
     full = _load('configs/lvis/mask-rcnn_apase-aglu-r50_fpn_gol-normmask_'
@@ -337,6 +343,7 @@ def test_mission_config_is_the_apa_r50_lvis_config():
     assert short.model.backbone.attention_cfg.type == 'APASELayer'
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize('config', [c for c in SHIPPED
                                     if c.startswith('configs/v3det/')])
 def test_v3det_settings(config):
@@ -357,6 +364,7 @@ def test_v3det_settings(config):
                 type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize('config', IMAGENET)
 def test_imagenet_recipe(config):
     cfg = _load(config)
@@ -405,6 +413,7 @@ def _arch(backbone) -> tuple:
             (backbone.get('attention_cfg') or {}).get('type'))
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize('config', DETECTION)
 def test_pretrained_checkpoint_is_what_the_imagenet_config_writes(config):
     cfg = _load(config)
@@ -431,6 +440,7 @@ def test_pretrained_checkpoint_is_what_the_imagenet_config_writes(config):
         'deep_stem', False)
 
 
+@pytest.mark.stack_independent
 def test_check_pretrained_paths(tmp_path, monkeypatch):
     cfg = _load('configs/lvis/apa_mrcnn_r50.py')
     path = cfg.model.backbone.init_cfg.checkpoint
@@ -449,6 +459,7 @@ def test_check_pretrained_paths(tmp_path, monkeypatch):
     check_pretrained_paths(cfg)  # present: no error
 
 
+@pytest.mark.stack_independent
 def test_check_pretrained_paths_lists_or_skips():
     cfg = Config(
         dict(
@@ -509,6 +520,7 @@ def test_imagenet_checkpoint_initialises_the_detector_backbone(
         assert torch.equal(loaded[key], value), key
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize('config', SHIPPED)
 def test_missing_data_is_named(config, tmp_path, monkeypatch):
     """tools/train.py's data check sees every dataset of every config."""

@@ -8,6 +8,9 @@ import pytest
 from mmact.utils.refusal import (DEBUG_VARIABLE, INPUT_ERRORS, REFUSED_STATUS,
                                  Refused, one_line, refusing, run_tool)
 
+# messages and exit statuses of plain Python functions
+pytestmark = pytest.mark.stack_independent
+
 
 def test_one_line_joins_the_lines_of_a_message():
     text = ('Pretrained checkpoints do not exist:\n  a.pth (model.init_cfg)\n'

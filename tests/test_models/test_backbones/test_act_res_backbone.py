@@ -20,10 +20,6 @@ from mmengine.registry import DefaultScope
 
 import mmact  # noqa: F401
 
-# upstream's classes of the pinned mmdet / mmpretrain against ours: the
-# contract does not depend on torch (the DCN / plugin steps and the recompute
-# path run on both stacks: test_det_act_resnet.py, test_recompute.py)
-pytestmark = pytest.mark.stack_independent
 RELU = dict(type='ReLU')
 OURS_ONLY = {'act_cfg', 'attention_cfg', 'recompute_act'}
 # (registry scope, stock name); ours is 'Act' + name in the same registry.

@@ -23,8 +23,6 @@ from mmengine.registry import DefaultScope
 
 import mmact  # noqa: F401
 
-# reads the pinned mmdet's configs; keys and shapes do not depend on torch
-pytestmark = pytest.mark.stack_independent
 STOCK = ('ResNet', 'ResNetV1d', 'ResNeXt')
 NOT_STRUCTURAL = ('init_cfg', 'pretrained')
 # the sweep in parts, each well under a minute on two cores

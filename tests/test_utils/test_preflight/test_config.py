@@ -7,6 +7,8 @@ import mmact  # noqa: F401
 from mmact.utils.preflight import (closest_registered, load_config,
                                    unknown_type_hint)
 
+# config files and registries only
+pytestmark = pytest.mark.stack_independent
 REPO = Path(__file__).resolve().parents[3]
 TOY_COCO = str(REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py')
 
