@@ -13,6 +13,8 @@ __all__ = [
 SHELL_LANGUAGES = ('bash', 'shell', 'sh', 'console')
 _FENCE = re.compile(r'^```(\w+)[^\n]*\n(.*?)^```', re.M | re.S)
 _ENV = re.compile(r'^[A-Z_][A-Z0-9_]*=')
+#: A one-line loop, ``for x in ...; do BODY; done``: its body is the command.
+_LOOP = re.compile(r'^\s*for\s+\w+\s+in\s+[^;]*;\s*do\s+(.*?);?\s*done\s*$')
 
 
 class DocBlock(NamedTuple):
@@ -102,14 +104,16 @@ def _words(line: str) -> List[str]:
 
 
 def shell_commands(text: str) -> List[Command]:
-    """The commands of a shell block (``&&`` chains split).
+    """The commands of a shell block (``&&`` chains split, a one-line
+    ``for`` loop's body in place of the loop).
 
     Args:
         text (str): The block's content.
     """
     commands = []
     for line in _logical_lines(text):
-        for part in re.split(r'\s&&\s', line):
+        loop = _LOOP.match(line)
+        for part in re.split(r'\s&&\s', loop[1] if loop else line):
             words = _words(part)
             env: Dict[str, str] = {}
             while words and _ENV.match(words[0]):

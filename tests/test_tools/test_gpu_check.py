@@ -29,11 +29,12 @@ GPU_ONLY_SECTIONS = {'sanitizer'}
 
 def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
     """Start gpu_check.sh with its log under tmp_path; returns the Popen."""
+    # the suite's switches left out; its build cache kept (the builds shared)
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(('GPU_CHECK_', 'MALLOC_',
-                             'MMACT_')) and k not in ('TRITON_INTERPRET', )
+        if not k.startswith(('GPU_CHECK_', 'MALLOC_', 'MMACT_'))
+        and k != 'TRITON_INTERPRET' or k == 'MMACT_CACHE_DIR'
     }
     env['PYTHON'] = sys.executable
     if dry:
