@@ -29,6 +29,7 @@ import pytest
 from mmact.testing import free_port
 from mmact.testing.doc_blocks import (SHELL_LANGUAGES, Command, DocBlock,
                                       doc_blocks, doc_pages, shell_commands)
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.docs_commands
@@ -380,19 +381,18 @@ def run_shell(block: DocBlock,
             str(REPO / w) if w.startswith('tools/') else w
             for w in command.argv
         ]
-        if argv[0] == 'python':
-            argv[0] = sys.executable
-        result = subprocess.run(
-            argv,
-            cwd=cwd,
-            env=dict(
-                os.environ,
-                PYTHON=sys.executable,
-                PORT=free_port(),
-                **command.env),
-            capture_output=True,
-            text=True,
-            timeout=timeout)
+        env = dict(os.environ, PYTHON=sys.executable, **command.env)
+        if argv[0] == 'python' and argv[1] != '-m':
+            result = run_python(argv[1:], cwd=cwd, env=env, timeout=timeout)
+        else:
+            if argv[0] == 'python':
+                argv[0] = sys.executable
+            result = subprocess.run(argv,
+                                    cwd=cwd,
+                                    env=dict(env, PORT=free_port()),
+                                    capture_output=True,
+                                    text=True,
+                                    timeout=timeout)
         assert result.returncode == 0, (
             f'{block.name}: {" ".join(argv)}\n{result.stderr[-3000:]}')
         out.append(result.stdout + (result.stderr if with_stderr else ''))
@@ -800,10 +800,10 @@ def test_faq_missing_imagenet_checkpoint_stops_as_it_says(tmp_path):
     [message] = re.findall(r'^```text\n(.*?)^```', section, re.M | re.S)
     assert 'before it reads the datasets' in ' '.join(section.split())
     (tmp_path / 'configs').symlink_to(REPO / 'configs')
-    result = subprocess.run(
-        [sys.executable, REPO / 'tools/train.py',
-         'configs/lvis/apa_mrcnn_r50.py'],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = run_python(
+        [REPO / 'tools/train.py', 'configs/lvis/apa_mrcnn_r50.py'],
+        cwd=tmp_path,
+        timeout=300)
     assert result.returncode != 0
     assert ' '.join(message.split()) in ' '.join(result.stderr.split()), \
         result.stderr[-2000:]

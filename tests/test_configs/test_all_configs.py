@@ -545,21 +545,16 @@ def test_train_tool_stops_on_missing_pretrained_checkpoint(
     """The mission command's config with its data present but no ImageNet
     checkpoint: tools/train.py names the file and the command making it,
     before a work dir is created."""
-    import subprocess
-    import sys
+    from mmact.testing.tool_fork import run_python
 
     (tmp_path / 'data').mkdir()
     (tmp_path / 'data' / 'lvis_v1').symlink_to(toy_roots['lvis'][0])
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / 'tools' / 'train.py'),
-            str(REPO / 'configs' / 'lvis' / 'apa_mrcnn_r50.py')
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300)
+    result = run_python([
+        REPO / 'tools' / 'train.py', REPO / 'configs' / 'lvis' /
+        'apa_mrcnn_r50.py'
+    ],
+                        cwd=tmp_path,
+                        timeout=300)
     assert result.returncode == 1
     # one refusal line (mmact/utils/refusal.py), no traceback
     refusal = result.stderr.strip().splitlines()[-1]

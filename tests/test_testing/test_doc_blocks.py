@@ -12,7 +12,9 @@ def test_chains_environment_and_continuations():
                               'A=1 make env && python tools/x.py \\\n'
                               '    --out "a b"\n')
     assert [(c.env, c.argv) for c in commands] == [
-        ({'A': '1'}, ['make', 'env']),
+        ({
+            'A': '1'
+        }, ['make', 'env']),
         ({}, ['python', 'tools/x.py', '--out', 'a b']),
     ]
 

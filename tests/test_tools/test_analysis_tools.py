@@ -3,8 +3,6 @@ a user runs them, on generated data and shipped configs adapted to it."""
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import torch
 from mmengine.config import Config
 
 from mmact.testing import adapt_config
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 APASE_LT = REPO / ('configs/imagenet/'
@@ -24,10 +23,9 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 
 def run_tool(name, *args, check=True):
-    result = subprocess.run(
-        [sys.executable, str(REPO / 'tools/analysis' / name), *map(str, args)],
-        capture_output=True, text=True, timeout=900,
-        env=dict(os.environ, PYTHONWARNINGS='ignore'))
+    result = run_python([REPO / 'tools/analysis' / name, *args],
+                        timeout=900,
+                        env=dict(os.environ, PYTHONWARNINGS='ignore'))
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result

@@ -1,12 +1,12 @@
 """tools/benchmarks/benchmark_long_tail.py: the data split and a short run."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools/benchmarks/benchmark_long_tail.py'
@@ -29,10 +29,9 @@ def test_digits_split_is_long_tailed_balanced_and_disjoint(load_tool):
 @pytest.mark.slow
 def test_every_variant_trains(tmp_path):
     out = tmp_path / 'results.json'
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), '--seeds', '0', '--epochs', '5',
-         '--out', str(out)],
-        capture_output=True, text=True, timeout=600,
+    result = run_python(
+        [SCRIPT, '--seeds', '0', '--epochs', '5', '--out', out],
+        timeout=600,
         env=dict(os.environ, PYTHONWARNINGS='ignore'))
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'mean +- std over seeds' in result.stdout

@@ -2,8 +2,6 @@
 generated long-tailed set and the APA* ImageNet-LT config adapted to it."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +11,7 @@ from mmengine.config import Config
 from scipy import linalg
 
 from mmact.testing import adapt_config
+from mmact.testing.tool_fork import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -23,13 +22,9 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 
 def run_tool(name, *args, check=True):
-    result = subprocess.run(
-        [sys.executable,
-         str(REPO / 'tools/analysis' / name), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=dict(os.environ, PYTHONWARNINGS='ignore'))
+    result = run_python([REPO / 'tools/analysis' / name, *args],
+                        timeout=900,
+                        env=dict(os.environ, PYTHONWARNINGS='ignore'))
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result

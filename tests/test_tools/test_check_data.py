@@ -4,13 +4,12 @@ image and a label the model cannot predict are each named."""
 import json
 import runpy
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mmact.testing import generate_toy_data
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / 'tools/misc/check_data.py'
@@ -44,11 +43,7 @@ def check(capsys, *argv):
 
 
 def test_complete_root_passes(data):
-    result = subprocess.run([sys.executable, TOOL, REPO / LVIS],
-                            cwd=data.parent,
-                            capture_output=True,
-                            text=True,
-                            timeout=300)
+    result = run_python([TOOL, REPO / LVIS], cwd=data.parent, timeout=300)
     assert result.returncode == 0, result.stderr
     assert 'train: 24 samples' in result.stdout
     assert 'the data of train, val, test is complete' in result.stdout

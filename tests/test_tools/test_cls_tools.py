@@ -12,6 +12,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from mmact.testing.tool_fork import run_python
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = Path(__file__).parent / 'configs'
 TINY = CONFIGS / 'tiny-cls_aglu-apa.py'
@@ -22,12 +24,10 @@ pytestmark = pytest.mark.slow
 
 
 def run(args, cwd, check=True):
-    result = subprocess.run([sys.executable, *map(str, args)],
-                            cwd=cwd,
-                            capture_output=True,
-                            text=True,
-                            timeout=900,
-                            env=dict(os.environ, PYTHONWARNINGS='ignore'))
+    result = run_python(args,
+                        cwd=cwd,
+                        timeout=900,
+                        env=dict(os.environ, PYTHONWARNINGS='ignore'))
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result

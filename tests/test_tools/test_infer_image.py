@@ -5,8 +5,6 @@ dataset's (LVIS v1's 1203, V3Det's label file), else numbered; names of
 another class count are refused before inference."""
 import json
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 
 import mmcv
@@ -15,6 +13,7 @@ import pytest
 import torch
 
 from mmact.testing import narrow_fpn_detector
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / 'tools/misc/infer_image.py'
@@ -200,14 +199,12 @@ def test_toy_detector_as_a_process(tmp_path, image):
     """The command line: the drawing, the predictions and their names."""
     config = narrow_config(TOY, tmp_path / 'toy.py')
     checkpoint = save_untrained(config, tmp_path / 'untrained.pth')
-    result = subprocess.run([
-        sys.executable, TOOL, config, checkpoint.name, image, '--out-dir',
-        'out', '--device', 'cpu', '--score-thr', '0'
+    result = run_python([
+        TOOL, config, checkpoint.name, image, '--out-dir', 'out', '--device',
+        'cpu', '--score-thr', '0'
     ],
-                            cwd=tmp_path,
-                            capture_output=True,
-                            text=True,
-                            timeout=300)
+                        cwd=tmp_path,
+                        timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / 'out/vis' / image.name).stat().st_size > 0
     preds = json.loads((tmp_path / f'out/preds/{image.stem}.json').read_text())

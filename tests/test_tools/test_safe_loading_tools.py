@@ -4,13 +4,12 @@ Pretrained from a file, http://, torchvision:// and open-mmlab://), the
 converter and the analysis tools, on a seconds-long classifier."""
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mmact.testing import serve_files
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = Path(__file__).parent / 'configs' / 'tiny-cls_aglu-apa.py'
@@ -25,15 +24,12 @@ def cwd(tmp_path_factory, with_tiny_cls_data):
 def run(cwd, *args, code=None):
     """A tool (or ``python -c code`` with the tool's arguments)."""
     command = ['-c', code, *args] if code else list(args)
-    return subprocess.run([sys.executable, *map(str, command)],
-                          cwd=cwd,
-                          capture_output=True,
-                          text=True,
-                          timeout=600,
-                          env=dict(
-                              os.environ,
-                              PYTHONWARNINGS='ignore',
-                              TORCH_HOME=str(cwd / 'torch_home')))
+    return run_python(command,
+                      cwd=cwd,
+                      timeout=600,
+                      env=dict(os.environ,
+                               PYTHONWARNINGS='ignore',
+                               TORCH_HOME=str(cwd / 'torch_home')))
 
 
 def assert_refused(result, marker, where):

@@ -1,21 +1,20 @@
 """tools/analysis/swap_fidelity.py as a user runs it."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 SE_R50 = REPO / 'configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py'
 
 
 def _run(tmp_path, *args):
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable,
-            str(REPO / 'tools/analysis/swap_fidelity.py'),
+            REPO / 'tools/analysis/swap_fidelity.py',
             str(SE_R50), '--inputs', 'noise', '--shape', '3', '64', '64',
             '--num-samples', '4', '--calibrate-bn', '--cfg-options',
             # a fresh model's zero-initialised residual branches would hide
@@ -23,8 +22,6 @@ def _run(tmp_path, *args):
             'model.backbone.zero_init_residual=False', '--out-dir',
             str(tmp_path), *args
         ],
-        capture_output=True,
-        text=True,
         timeout=900,
         env=dict(os.environ, PYTHONWARNINGS='ignore'))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,14 +2,13 @@
 import json
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from mmact.utils.preflight import load_config
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
@@ -17,9 +16,8 @@ TOY_LVIS = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-lvis.py'
 
 
 def run(args, cwd, check=True):
-    result = subprocess.run([sys.executable, *map(str, args)], cwd=cwd,
-                            capture_output=True, text=True, timeout=900,
-                            env=dict(os.environ, PYTHONWARNINGS='ignore'))
+    result = run_python(args, cwd=cwd, timeout=900,
+                        env=dict(os.environ, PYTHONWARNINGS='ignore'))
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
