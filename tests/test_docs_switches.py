@@ -244,6 +244,11 @@ def _gpu_check_dry_run() -> List[str]:
     return re.findall(r'GPU_CHECK_DRY_RUN:-\}" == (\w+)', script)
 
 
+def _test_fork_off() -> List[str]:
+    source = (REPO / 'mmact/testing/tool_fork.py').read_text()
+    return re.findall(r"'MMACT_TEST_FORK', '\w+'\) == '(\w+)'", source)
+
+
 def _device(value: str) -> Optional[str]:
     import torch
     try:
@@ -263,6 +268,7 @@ ACCEPTS: Dict[str, Callable[[str], Optional[str]]] = {
     'MMACT_STACK': _one_of(_setup_env_stacks),
     'MMACT_TEST_DEVICE': _device,
     'MMACT_DEBUG': _any,
+    'MMACT_TEST_FORK': _one_of(_test_fork_off),
     'MMACT_CACHE_DIR': _any,
     'MMACT_VENV': _any,
     'MMACT_WHEELS': _any,
