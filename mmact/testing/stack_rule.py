@@ -176,6 +176,18 @@ class StackUse:
             init(popen, args, *rest, **kwargs)
 
         subprocess.Popen.__init__ = watched
+        # a command forked by a warm zygote (tool_fork) starts no Popen
+        fork = sys.modules.get('mmact.testing.tool_fork')
+        if fork is not None:
+            run = fork._Zygote.run
+
+            @functools.wraps(run)
+            def forked(zygote, request, timeout):
+                record(f'process (forked) {" ".join(request["argv"])[:110]}')
+                return run(zygote, request, timeout)
+
+            self._patched.append((fork._Zygote, 'run', run))
+            fork._Zygote.run = forked
 
     def _patch_numpy(self) -> None:
         for module_name in _NUMPY_NAMESPACES:

@@ -39,9 +39,13 @@ MAX_ZYGOTES = 2
 _SERVER = r'''
 import sys
 sys.path[:] = [p for p in sys.path if p not in ('', '.')]
-import json, os
-import torch, torchvision, mmengine.runner, mmcv.ops  # noqa: F401
-import mmdet.models, mmpretrain.models, mmact  # noqa: F401
+import importlib, json, os
+for name in ('torch', 'torchvision', 'mmengine.runner', 'mmcv.ops',
+             'mmdet.models', 'mmpretrain.models', 'mmact'):
+    try:  # what the tools import; a package absent here is the child's to
+        importlib.import_module(name)  # report, as a fresh process would
+    except ImportError:
+        pass
 from mmact.testing.tool_fork import serve_child
 out = os.fdopen(int(sys.argv[1]), 'w')
 out.write('ready\n')

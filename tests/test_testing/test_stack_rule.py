@@ -58,6 +58,16 @@ def test_processes_are_seen(tmp_path):
     assert idle.found == []
 
 
+def test_forked_tool_runs_are_seen():
+    from mmact.testing.tool_fork import _Zygote, run_python
+    run_python(['-c', 'pass'], timeout=120)  # its zygote started before
+    unwatched = _Zygote.run
+    with StackUse() as use:
+        assert run_python(['-c', 'pass'], timeout=120).returncode == 0
+    assert use.found == ['process (forked) -c pass']
+    assert _Zygote.run is unwatched
+
+
 def test_a_first_import_is_not_a_use(tmp_path, monkeypatch):
     """A module's top-level code runs in whichever test imports it first:
     not a use (the rule would depend on the order); its functions are."""
