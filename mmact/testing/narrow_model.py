@@ -3,7 +3,8 @@
 :func:`narrow_fpn_detector` keeps a config's model types, activations,
 attention, losses, heads and class count (an LVIS Mask R-CNN keeps its 1203
 classes, GOL and CARAFE) and shrinks its widths: a ResNet-18 layout of
-``width`` to ``8 * width`` channels, FPN, RPN and RoI heads at ``width``.
+``width`` to ``8 * width`` channels (or the Bottleneck blocks of a ResNet-50
+at a sixteenth of their channels), FPN, RPN and RoI heads at ``width``.
 The paths a tool takes through the model are the same; a step costs a
 fraction of the ResNet-50's.
 """
@@ -21,7 +22,13 @@ def _each(node: Any) -> list:
     return list(node) if isinstance(node, (list, tuple)) else [node]
 
 
-def narrow_fpn_detector(model: ConfigDict, width: int = 16) -> ConfigDict:
+#: Output channels of a ResNet stage over its ``base_channels * 2**i``.
+_EXPANSION = {18: 1, 34: 1, 50: 4, 101: 4, 152: 4}
+
+
+def narrow_fpn_detector(model: ConfigDict,
+                        width: int = 16,
+                        depth: int = 18) -> ConfigDict:
     """Shrink the widths of a two-stage FPN detector config in place.
 
     Args:
@@ -30,13 +37,21 @@ def narrow_fpn_detector(model: ConfigDict, width: int = 16) -> ConfigDict:
         width (int): FPN and RoI channels, and the first stage's. At least
             16 (APA*'s squeeze-excitation divides the channels by 16).
             Defaults to 16.
+        depth (int): The backbone's depth: 18 (basic blocks, the cheapest)
+            or another ResNet depth (50: Bottleneck blocks, as the shipped
+            configs'). Defaults to 18.
 
     Returns:
         ConfigDict: ``model``.
     """
-    model.backbone.update(depth=18, base_channels=width, stem_channels=width)
+    if depth not in _EXPANSION:
+        raise ValueError(f'depth must be one of {sorted(_EXPANSION)}, got '
+                         f'{depth!r}')
+    model.backbone.update(
+        depth=depth, base_channels=width, stem_channels=width)
     model.neck.update(
-        in_channels=[width * 2**i for i in range(4)], out_channels=width)
+        in_channels=[width * _EXPANSION[depth] * 2**i for i in range(4)],
+        out_channels=width)
     model.rpn_head.update(in_channels=width, feat_channels=width)
     roi_head = model.roi_head
     for key in ('bbox_roi_extractor', 'mask_roi_extractor'):

@@ -134,8 +134,11 @@ def test_sources_inline_their_headers_once():
     assert fles_operator.count('#define MMACT_OP_NODE_H') == 1
     assert 'int64_t fles_stats_run(' in fles_operator  # fles.c
     assert '#include "' not in fles_operator
+    assert operators.count('#define MMACT_PYTHON_ENTRIES_H') == 1
+    # the module's unit declares the entries without torch's headers
     module = read_source('module.cpp')
-    assert module.count('#define MMACT_OP_NODE_H') == 1
+    assert module.count('#define MMACT_PYTHON_ENTRIES_H') == 1
+    assert 'MMACT_OP_NODE_H' not in module and '#include <torch' not in module
     assert 'python_fles' in module
     assert SOURCES == ('apa_op.cpp', 'fles_op.cpp', 'module.cpp')
 

@@ -318,10 +318,22 @@ part_dist() {
   needs_ops || return 1
   local config=${MRCNN_CONFIG:-configs/toy/apa_mrcnn_r50_toy.py} out="$WORK/dist"
   local train=(--amp) test=()
+  rm -rf "$out"
   if [[ -n $DRY ]]; then
     # A training iteration on two images (--amp: bfloat16 autocast on the
-    # CPU), a test on two: the tools and the launchers run, the figures
-    # mean nothing.
+    # CPU), a test on two, the model at a sixteenth of its widths (the same
+    # blocks and heads): the tools and the launchers run, the figures mean
+    # nothing.
+    mkdir -p "$out"
+    "$PYTHON" - "$config" "$out/narrow.py" <<'EOF' || return 1
+import sys
+from mmact.testing import narrow_fpn_detector
+from mmact.utils.preflight import load_config
+cfg = load_config(sys.argv[1])
+narrow_fpn_detector(cfg.model, depth=cfg.model.backbone.depth)
+cfg.dump(sys.argv[2])
+EOF
+    config=$out/narrow.py
     train+=(--cfg-options train_cfg.max_epochs=1
             train_dataloader.dataset.dataset.indices=2)
     test=(--cfg-options test_dataloader.dataset.indices=2
@@ -329,7 +341,6 @@ part_dist() {
   fi
   "$PYTHON" tools/misc/generate_toy_data.py lvis --out-dir data/ --skip-complete \
     || return 1
-  rm -rf "$out"
   PORT=${PORT:-29517} tools/dist_train.sh "$config" 1 "${train[@]}" \
     --work-dir "$out" || return 1
   local ckpt

@@ -2,9 +2,7 @@
 // TORCH_EXTENSION_NAME): one entry per operator, the native-cost way in
 // from mmact.ops (a METH_FASTCALL function, not torch.ops' boxed call).
 // Loading the library also registers the operators under torch.ops.mmact.
-#include <Python.h>
-
-#include "op_node.h"
+#include "python_entries.h"
 
 #define MMACT_STR_(x) #x
 #define MMACT_STR(x) MMACT_STR_(x)

@@ -1,7 +1,7 @@
 // What mmact's C++ operators share (apa_op.cpp, fles_op.cpp): creating an
 // autograd node on every supported torch, refusing a second derivative and
-// forward-mode tangents, the Python entries' checks and GIL policy, and the
-// entries themselves (module.cpp lists them).
+// forward-mode tangents, the Python entries' checks and GIL policy; the
+// entries themselves are declared in python_entries.h.
 #ifndef MMACT_OP_NODE_H
 #define MMACT_OP_NODE_H
 #include <ATen/EmptyTensor.h>
@@ -11,6 +11,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
+
+#include "python_entries.h"
 
 #include <memory>
 #include <string>
@@ -104,18 +106,6 @@ at::Tensor call_from_python(int64_t numel, F&& call) {
   pybind11::gil_scoped_release no_gil;
   return call();
 }
-
-// The Python entries of the operators (apa_op.cpp, fles_op.cpp), the
-// methods of the extension's module (module.cpp): each takes a call the
-// operator takes and returns None for any other (METH_FASTCALL).
-PyObject* python_apa(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-PyObject* python_aglu(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-PyObject* python_fles(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-// Sets whether the FleS entry takes CUDA calls: fles_routes(cuda).
-PyObject* python_fles_routes(PyObject*, PyObject* const* args,
-                             Py_ssize_t nargs);
-// Sets which devices' calls the APA / AGLU entries take: routes(cpu, cuda).
-PyObject* python_routes(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 }  // namespace mmact
 

@@ -16,15 +16,16 @@ APA_STAR_AGLU = dict(
 
 
 def _model(recompute_act: bool) -> ActResNet:
-    """ResNet-18's first two stages: every block kind (plain, downsampling
-    with a projection shortcut) at half the compile time of four."""
+    """ResNet-18's first stage at stride 2: every block kind (downsampling
+    with a projection shortcut, then plain) at a quarter of the compile time
+    of four stages."""
     torch.manual_seed(0)
     return ActResNet(
         18,
-        num_stages=2,
-        strides=(1, 2),
-        dilations=(1, 1),
-        out_indices=(0, 1),
+        num_stages=1,
+        strides=(2, ),
+        dilations=(1, ),
+        out_indices=(0, ),
         recompute_act=recompute_act,
         zero_init_residual=False,
         **APA_STAR_AGLU).train()
@@ -65,7 +66,7 @@ def test_compiled_equals_eager(backend, recompute_act):
     got_outs, got_grads = _step(compiled, x)
     for got, want in zip(got_outs, want_outs):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    assert len(got_grads) == len(want_grads) > 40
+    assert len(got_grads) == len(want_grads) >= 40
     for got, want in zip(got_grads, want_grads):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
     # the running statistics moved alike
