@@ -73,13 +73,15 @@ def _check(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,
                          f'scale_factor {scale_factor} need {expected}')
 
 
-def carafe_torch(features: torch.Tensor, masks: torch.Tensor,
-                 kernel_size: int, group_size: int,
-                 scale_factor: int) -> torch.Tensor:
+def carafe_torch(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,
+                 group_size: int, scale_factor: int) -> torch.Tensor:
     """CARAFE with torch operations (any device and dtype, autograd).
 
     One multiply-add per kernel offset over the output, so memory stays at
     the output's size rather than ``k^2`` times it (what unfolding needs).
+    The output is accumulated per sub-pixel phase ``(dy, dx)``, each a
+    ``(C, H, W)`` map whose rows are contiguous in every operand: the
+    multiply-adds then run along rows of ``W`` rather than ``s``.
 
     Args:
         features (Tensor): ``(N, C, H, W)``.
@@ -95,16 +97,17 @@ def carafe_torch(features: torch.Tensor, masks: torch.Tensor,
     n, c, h, w = features.shape
     k, g, s = kernel_size, group_size, scale_factor
     r = (k - 1) // 2
-    padded = F.pad(features, (r, r, r, r)).view(n, g, c // g, h + 2 * r, 1,
-                                                w + 2 * r, 1)
-    # output row y * s + dy: masks[..., y, dy, x, dx]
-    masks = masks.view(n, g, k * k, 1, h, s, w, s)
-    out = features.new_zeros(n, g, c // g, h, s, w, s)
+    padded = F.pad(features, (r, r, r, r))
+    padded = padded.view(n, g, 1, 1, c // g, h + 2 * r, w + 2 * r)
+    # phases[n, g, dy, dx, offset, 1, y, x] for output row y * s + dy
+    phases = masks.view(n, g, k * k, h, s, w, s).permute(0, 1, 4, 6, 2, 3, 5)
+    phases = phases.contiguous().view(n, g, s, s, k * k, 1, h, w)
+    out = features.new_zeros(n, g, s, s, c // g, h, w)
     for i in range(k):
         for j in range(k):
-            out.addcmul_(padded[:, :, :, i:i + h, :, j:j + w],
-                         masks[:, :, i * k + j])
-    return out.view(n, c, h * s, w * s)
+            offset = phases[:, :, :, :, i * k + j]
+            out.addcmul_(padded[..., i:i + h, j:j + w], offset)
+    return out.permute(0, 1, 4, 5, 2, 6, 3).reshape(n, c, h * s, w * s)
 
 
 def carafe(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,
@@ -128,6 +131,5 @@ def carafe(features: torch.Tensor, masks: torch.Tensor, kernel_size: int,
     _check(features, masks, kernel_size, group_size, scale_factor)
     if features.is_cuda and mmcv_cuda_carafe() is not None:
         return mmcv_cuda_carafe()(features, masks, kernel_size, group_size,
-                                   scale_factor)
-    return carafe_torch(features, masks, kernel_size, group_size,
-                        scale_factor)
+                                  scale_factor)
+    return carafe_torch(features, masks, kernel_size, group_size, scale_factor)
