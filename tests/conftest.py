@@ -5,7 +5,7 @@ import os
 import re
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 import torch
@@ -142,6 +142,43 @@ def with_tiny_cls_data(tiny_cls_root) -> Callable[[Path], Path]:
         return folder
 
     return link
+
+
+def _mmengine_globals() -> list:
+    """mmengine's classes of named global instances (``ManagerMixin``: the
+    visualizer, logger, message hub, default scope and their subclasses),
+    if mmengine is imported (importing it here would use the stack in a
+    ``stack_independent`` test)."""
+    import sys
+    manager = sys.modules.get('mmengine.utils.manager')
+    if manager is None:
+        return []
+    found, todo = [], [manager.ManagerMixin]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return [cls for cls in found if '_instance_dict' in vars(cls)]
+
+
+@pytest.fixture(autouse=True)
+def _drop_mmengine_globals() -> Iterator[None]:
+    """Drop the named global instances a test created when it ends.
+
+    A Runner takes the visualizer of the name its config gives (mmdet's
+    configs: ``'visualizer'``) if one exists, and its logger and message hub
+    are named after the config file and the second it starts: a test's
+    Runner would otherwise write through an earlier test's instances into
+    that test's ``tmp_path``, removed once it passed (setup.cfg:
+    ``tmp_path_retention_policy``).
+    """
+    before = {cls: set(cls._instance_dict) for cls in _mmengine_globals()}
+    yield
+    for cls in _mmengine_globals():
+        for name in set(cls._instance_dict) - before.get(cls, set()):
+            instance = cls._instance_dict.pop(name)
+            for handler in getattr(instance, 'handlers', []):
+                handler.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config,
