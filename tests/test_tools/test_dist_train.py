@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmact.testing import child_processes, free_port, is_alive
+from mmact.testing import (child_processes, free_port, is_alive,
+                           narrow_fpn_detector)
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
@@ -38,13 +39,20 @@ def metrics(log: str) -> dict:
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory, toy_data_root):
-    """Two processes train one epoch (4 iterations each) and validate."""
+    """Two processes train one epoch (4 iterations each) and validate the
+    toy COCO Mask R-CNN at a sixteenth of its widths (the same blocks and
+    heads: what the launchers and hooks do does not depend on the widths;
+    the full model trains in tests/test_configs/test_all_configs.py)."""
+    from mmact.utils.preflight import load_config
     cwd = tmp_path_factory.mktemp('dist')
     (cwd / 'data').mkdir()
     (cwd / 'data' / 'toy_coco').symlink_to(toy_data_root('coco'))
+    narrow = load_config(str(TOY_COCO))
+    narrow_fpn_detector(narrow.model, depth=50)
+    narrow.dump(str(cwd / 'toy_coco_narrow.py'))
     config = cwd / 'probe.py'
     config.write_text(
-        f"_base_ = '{TOY_COCO}'\n"
+        "_base_ = './toy_coco_narrow.py'\n"
         "custom_imports = dict(imports=['mmact', 'dist_probe'], "
         "allow_failed_imports=False)\n"
         "custom_hooks = [dict(type='DistProbeHook')]\n"

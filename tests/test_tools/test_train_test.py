@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mmact.utils.preflight import load_config
+from mmact.testing import narrow_fpn_detector
 from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,30 +26,37 @@ def run(args, cwd, check=True):
 
 @pytest.fixture(scope='module')
 def lvis_run(tmp_path_factory, toy_data_root):
-    """Train the toy LVIS config for one epoch on 12 images, then validate."""
+    """Train the toy LVIS config at a sixteenth of its widths (the same
+    blocks and heads; the tools' paths do not depend on the widths, the
+    full model trains in tests/test_configs/test_all_configs.py) for one
+    epoch on 12 images, then validate: ``(cwd, work dir, log, config)``."""
     cwd = tmp_path_factory.mktemp('lvis')
     (cwd / 'data').mkdir()
     (cwd / 'data' / 'toy_lvis').symlink_to(
         toy_data_root('lvis', num_train=12, num_val=4))
+    narrow = load_config(str(TOY_LVIS))
+    narrow_fpn_detector(narrow.model, depth=50)
+    config = cwd / 'toy_lvis_narrow.py'
+    narrow.dump(str(config))
     work_dir = cwd / 'work'
-    result = run([REPO / 'tools/train.py', TOY_LVIS, '--work-dir', work_dir,
+    result = run([REPO / 'tools/train.py', config, '--work-dir', work_dir,
                   '--cfg-options', 'train_cfg.max_epochs=1',
                   'train_cfg.val_interval=1'], cwd)
-    return cwd, work_dir, result.stdout + result.stderr
+    return cwd, work_dir, result.stdout + result.stderr, config
 
 
 @pytest.mark.slow
 def test_train_evaluates_with_lvis_metric(lvis_run):
-    _, work_dir, log = lvis_run
+    _, work_dir, log, _ = lvis_run
     assert 'lvis/bbox_AP:' in log and 'lvis/segm_AP:' in log
     assert (work_dir / 'epoch_1.pth').exists()
 
 
 @pytest.mark.slow
 def test_test_dumps_predictions_and_draws(lvis_run):
-    cwd, work_dir, _ = lvis_run
+    cwd, work_dir, _, config = lvis_run
     out = cwd / 'preds.pkl'
-    result = run([REPO / 'tools/test.py', TOY_LVIS, work_dir / 'epoch_1.pth',
+    result = run([REPO / 'tools/test.py', config, work_dir / 'epoch_1.pth',
                   '--work-dir', cwd / 'test', '--out', out, '--show-dir',
                   'shown'], cwd)
     assert 'lvis/bbox_AP:' in result.stdout + result.stderr
@@ -62,11 +70,11 @@ def test_test_dumps_predictions_and_draws(lvis_run):
 
 @pytest.mark.slow
 def test_corrupt_resume_checkpoint_leaves_work_dir_alone(lvis_run):
-    cwd, work_dir, _ = lvis_run
+    cwd, work_dir, _, config = lvis_run
     before = {p: p.stat().st_mtime_ns for p in work_dir.rglob('*')}
     corrupt = cwd / 'corrupt.pth'
     corrupt.write_bytes((work_dir / 'epoch_1.pth').read_bytes()[:4096])
-    result = run([REPO / 'tools/train.py', TOY_LVIS, '--work-dir', work_dir,
+    result = run([REPO / 'tools/train.py', config, '--work-dir', work_dir,
                   '--resume', corrupt], cwd, check=False)
     assert result.returncode != 0
     assert 'truncated' in result.stderr and str(corrupt) in result.stderr
