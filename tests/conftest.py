@@ -3,6 +3,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, Dict, Iterator, List, Tuple
@@ -149,7 +150,6 @@ def _mmengine_globals() -> list:
     visualizer, logger, message hub, default scope and their subclasses),
     if mmengine is imported (importing it here would use the stack in a
     ``stack_independent`` test)."""
-    import sys
     manager = sys.modules.get('mmengine.utils.manager')
     if manager is None:
         return []

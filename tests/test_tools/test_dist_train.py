@@ -13,6 +13,7 @@ import torch
 
 from mmact.testing import (child_processes, free_port, is_alive,
                            narrow_fpn_detector)
+from mmact.utils.preflight import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
@@ -43,7 +44,6 @@ def trained(tmp_path_factory, toy_data_root):
     toy COCO Mask R-CNN at a sixteenth of its widths (the same blocks and
     heads: what the launchers and hooks do does not depend on the widths;
     the full model trains in tests/test_configs/test_all_configs.py)."""
-    from mmact.utils.preflight import load_config
     cwd = tmp_path_factory.mktemp('dist')
     (cwd / 'data').mkdir()
     (cwd / 'data' / 'toy_coco').symlink_to(toy_data_root('coco'))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmact.utils.preflight import load_config
 from mmact.testing import narrow_fpn_detector
 from mmact.testing.tool_fork import run_python
+from mmact.utils.preflight import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_COCO = REPO / 'configs/toy/mask-rcnn_r50_fpn_toy-coco.py'
