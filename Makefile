@@ -54,11 +54,15 @@ demo-stock: env
 # The suite on every core: pytest-xdist workers, one torch thread each
 # (tests/conftest.py), a module at a time (its module fixtures built once),
 # the modules with slow tests first; the 25 slowest tests are printed.
-# PYTEST_ARGS= runs it in one process.
+# PYTEST_ARGS= runs it in one process. Bytecode is written (__pycache__/,
+# git-ignored) even where PYTHONDONTWRITEBYTECODE is set: every worker and the
+# hundreds of Python processes the tests start would otherwise compile mmact,
+# the tools and the rewritten test modules again (5 s per collection).
 PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadscope --no-loadscope-reorder --durations=25
+WITH_BYTECODE := PYTHONDONTWRITEBYTECODE=
 
 test: env
-	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+	$(WITH_BYTECODE) $(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
 # The docs site (Sphinx + MyST) into docs/_build/html; a warning (a broken link
 # or section, a docstring autodoc cannot read) fails it.
@@ -83,7 +87,7 @@ env-torch2.1:
 	MMACT_STACK=torch2.1 bash tools/setup_env.sh
 
 test-torch2.1: env-torch2.1
-	.venv-torch2.1/bin/python -m pytest tests $(PYTEST_ARGS) $(TORCH21_PYTEST_ARGS)
+	$(WITH_BYTECODE) .venv-torch2.1/bin/python -m pytest tests $(PYTEST_ARGS) $(TORCH21_PYTEST_ARGS)
 
 # Triton 3.6's interpreter (the Triton of torch 2.11) with .venv's numpy
 # (>= 2.4), where Triton < 3.8 needs mmact.testing.triton_interpreter:

@@ -114,7 +114,13 @@ log "installing mmengine, mmdet, mmpretrain, datasets tools and test tools"
   -r "$ROOT/requirements/tests.txt" -r "$ROOT/requirements/docs.txt" \
   "mmengine==0.10.7" "mmcv==$MMCV_VERSION" "mmdet==3.3.0" "mmpretrain==1.2.0" "lvis==0.5.3"
 "${PIP[@]}" "setuptools<70"
-"${PIP[@]}" --no-deps -e "$ROOT"
+# .ci/run sets up both stacks at once (make -j2): the editable install writes
+# mmact.egg-info/ and mmact/.mim/ in the checkout, so one install at a time
+if command -v flock >/dev/null; then
+  flock "$ROOT/setup.py" "${PIP[@]}" --no-deps -e "$ROOT"
+else
+  "${PIP[@]}" --no-deps -e "$ROOT"
+fi
 
 verify
 env_hash > "$STAMP"
