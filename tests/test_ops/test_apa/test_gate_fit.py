@@ -92,6 +92,28 @@ def test_per_channel_fit_reaches_the_tolerance_in_every_channel():
                                                 rel=1e-3)
 
 
+def test_limit_fit_channels_at_the_ends_of_the_search_range():
+    """One per-channel call: a channel within tolerance at the range's
+    smallest kappa (kappa x s = 0.5) keeps it, the others are searched to
+    the tolerance; a tolerance no kappa reaches gives the largest (1e4)."""
+    means = torch.tensor([0.0, 3.0, -3.0, 0.5], **F64)
+    stds = torch.ones(4, **F64)
+    scale = (stds**2 + means**2).sqrt()
+    fit = fit_gate('aglu', nn.ReLU(), 'limit', means, stds, shared=False,
+                   tolerance=0.2)
+    sharpness = (fit.kappa * scale).tolist()
+    assert sharpness[1] == pytest.approx(0.5, rel=1e-12)
+    assert float(fit.error[1]) < 0.2
+    for c in (0, 2, 3):
+        assert sharpness[c] > 0.5
+        assert float(fit.error[c]) == pytest.approx(0.2, rel=1e-6)
+    never = fit_gate('aglu', nn.ReLU(), 'limit', means, stds, shared=False,
+                     tolerance=1e-9)
+    assert (never.kappa * scale).tolist() == pytest.approx([1e4] * 4,
+                                                           rel=1e-12)
+    assert bool((never.error > 1e-9).all())
+
+
 def test_hardsigmoid_best_fit_of_the_gate():
     fit = fit_gate('apa', nn.Hardsigmoid(), 'best', torch.zeros(1, **F64),
                    torch.full((1, ), 2.0, **F64))
