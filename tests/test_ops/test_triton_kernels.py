@@ -1,7 +1,8 @@
 """Triton kernels against the float64 reference, in a fresh process.
 
 ``TRITON_INTERPRET`` is read when triton compiles a kernel module, so the
-cases (``test_*/triton_cases.py``) run in a subprocess: on the CPU through
+cases (``test_*/triton_cases.py``) run in a subprocess (one for every case
+file in the interpreter, one per file on a GPU): on the CPU through
 Triton's interpreter (``TRITON_INTERPRET=1 MMACT_TRITON=1``, every CI run)
 and, where a CUDA GPU is present, compiled on it. The rest of the suite
 never sees these variables.
@@ -10,6 +11,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import List
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -23,23 +26,38 @@ CASES = [
 ]
 
 
-def run_cases(cases: str, device: str) -> None:
+def _run_pytest(cases: List[str], device: str,
+                *options: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, MMACT_TEST_DEVICE=device)
     env.pop('TRITON_INTERPRET', None)
     env.pop('MMACT_TRITON', None)
     if device == 'cpu':
         env.update(TRITON_INTERPRET='1', MMACT_TRITON='1')
-    proc = subprocess.run([
-        sys.executable, '-m', 'pytest', '-q', '-x', '-p', 'no:cacheprovider',
-        str(HERE / cases)
+    return subprocess.run([
+        sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+        *options, *(str(HERE / c) for c in cases)
     ],
                           cwd=HERE.parents[1],
                           env=env,
                           capture_output=True,
                           text=True,
-                          timeout=900)
+                          timeout=1800)
+
+
+def run_cases(cases: str, device: str) -> None:
+    proc = _run_pytest([cases], device, '-x')
     assert proc.returncode == 0, (proc.stdout[-8000:] + proc.stderr[-2000:])
     print(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope='module')
+def interpreter_report(tmp_path_factory):
+    """Every case file in one interpreter process (one start-up of the
+    stack instead of four): its output and JUnit report."""
+    report = tmp_path_factory.mktemp('triton_interpreter') / 'cases.xml'
+    proc = _run_pytest(CASES, 'cpu', f'--junitxml={report}')
+    tree = ElementTree.parse(report) if report.is_file() else None
+    return proc, tree
 
 
 @pytest.mark.slow
@@ -48,8 +66,24 @@ def run_cases(cases: str, device: str) -> None:
     not triton_interpreter_available(),
     reason='needs the interpreter of Triton >= 3.0 (Triton '
     f'{".".join(map(str, triton_version())) or "not installed"} here)')
-def test_in_triton_interpreter(cases):
-    run_cases(cases, 'cpu')
+def test_in_triton_interpreter(cases, interpreter_report):
+    proc, tree = interpreter_report
+    output = proc.stdout[-8000:] + proc.stderr[-2000:]
+    assert tree is not None, output
+    module = 'tests.test_ops.' + cases[:-len('.py')].replace('/', '.')
+    results = [
+        case for case in tree.iter('testcase')
+        if case.get('classname') == module
+    ]
+    failed = [
+        f'{case.get("name")}: {problem.get("message", "")[:300]}'
+        for case in results for problem in case
+        if problem.tag in ('failure', 'error')
+    ]
+    assert results, f'no cases of {cases} ran: {output}'
+    assert not failed, '\n'.join(failed)
+    skipped = sum(1 for case in results if case.find('skipped') is not None)
+    print(f'{len(results) - skipped} passed, {skipped} skipped')
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA GPU')
