@@ -11,9 +11,12 @@ streams and ``sys.argv``, runs the script as ``__main__`` (``runpy``), its
 would.
 
 A zygote serves only commands whose environment equals the one it was
-started with (:data:`PER_TEST` aside): variables read at import time (the
-``MMACT_*`` switches, ``TORCH_*``, ``PYTHONWARNINGS``) then hold as in a
-fresh process. Another environment starts another zygote. A test of what a
+started with (:data:`PER_TEST` and the call's ``per_call`` names aside):
+variables read at import time (the ``MMACT_*`` switches, ``TORCH_*``,
+``PYTHONWARNINGS``) then hold as in a fresh process. Another environment
+starts another zygote. ``start_new_session`` puts the child in a session and
+process group of its own, as ``subprocess``'s does: a signal it sends its
+group (``os.killpg(0, ...)``) reaches it alone. A test of what a
 fresh interpreter does (import-time output, a registry before ``import
 mmact``) or of a launcher keeps ``subprocess``. ``MMACT_TEST_FORK=0`` runs
 every command as a fresh process.
@@ -70,6 +73,8 @@ def serve_child(request: dict) -> None:
     import traceback
     code = 1
     try:
+        if request.get('new_session'):
+            os.setsid()
         os.chdir(request['cwd'])
         os.environ.clear()
         os.environ.update(request['env'])
@@ -163,9 +168,10 @@ class _Zygote:
 _zygotes: Dict[str, _Zygote] = {}
 
 
-def _key(env: Dict[str, str]) -> str:
+def _key(env: Dict[str, str], per_call: Sequence[str]) -> str:
     return json.dumps(
-        sorted((k, v) for k, v in env.items() if k not in PER_TEST))
+        sorted((k, v) for k, v in env.items()
+               if k not in PER_TEST and k not in per_call))
 
 
 @atexit.register
@@ -175,8 +181,8 @@ def _stop_all() -> None:
     _zygotes.clear()
 
 
-def _zygote(env: Dict[str, str]) -> _Zygote:
-    key = _key(env)
+def _zygote(env: Dict[str, str], per_call: Sequence[str] = ()) -> _Zygote:
+    key = _key(env, per_call)
     if key not in _zygotes:
         while len(_zygotes) >= MAX_ZYGOTES:
             _zygotes.pop(next(iter(_zygotes))).stop()
@@ -188,7 +194,9 @@ def run_python(args: Sequence,
                cwd: Optional[os.PathLike] = None,
                env: Optional[Dict[str, str]] = None,
                timeout: Optional[float] = None,
-               input: Optional[str] = None) -> subprocess.CompletedProcess:
+               input: Optional[str] = None,
+               per_call: Sequence[str] = (),
+               start_new_session: bool = False) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *args], capture_output=True,
     text=True, ...)``, the command forked from a zygote of its environment.
 
@@ -200,6 +208,11 @@ def run_python(args: Sequence,
         timeout (float, optional): Seconds before it is killed and
             ``subprocess.TimeoutExpired`` is raised.
         input (str, optional): Its standard input.
+        per_call (Sequence[str]): Variables of ``env`` that no import
+            reads (a test probe's switches, a port): commands that differ
+            only in them share a zygote.
+        start_new_session (bool): Run it in a new session (``setsid``),
+            as ``subprocess.run(..., start_new_session=True)``.
 
     Returns:
         subprocess.CompletedProcess: ``returncode`` (minus the signal's
@@ -215,7 +228,8 @@ def run_python(args: Sequence,
                               input=input,
                               capture_output=True,
                               text=True,
-                              timeout=timeout)
+                              timeout=timeout,
+                              start_new_session=start_new_session)
     with tempfile.TemporaryDirectory(prefix='mmact_fork_') as tmp:
         files = {name: Path(tmp, name) for name in ('in', 'out', 'err')}
         files['in'].write_text(input or '')
@@ -227,8 +241,9 @@ def run_python(args: Sequence,
             env=env,
             stdin=str(files['in']),
             stdout=str(files['out']),
-            stderr=str(files['err']))
-        code = _zygote(env).run(request, timeout)
+            stderr=str(files['err']),
+            new_session=start_new_session)
+        code = _zygote(env, per_call).run(request, timeout)
         return subprocess.CompletedProcess([sys.executable, *argv], code,
                                            files['out'].read_text(),
                                            files['err'].read_text())

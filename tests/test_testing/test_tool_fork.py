@@ -92,3 +92,43 @@ def test_fork_off_runs_a_fresh_process(script, monkeypatch):
     monkeypatch.setattr(tool_fork, '_zygote', None)  # never reached
     done = run_python([script, '2'], env=env(), input='z', timeout=120)
     assert done.returncode == 2 and '"stdin": "z"' in done.stdout
+
+
+def test_per_call_variables_share_a_zygote(script):
+    """Variables named per_call may differ between calls served by one
+    zygote; each child sees its own values."""
+    seen = []
+    for value in ('p', 'q'):
+        done = run_python([script, '0'],
+                          env=env(value),
+                          per_call=('FORK_TEST_VALUE', ),
+                          timeout=120)
+        assert f'"value": "{value}"' in done.stdout
+        seen.append(tool_fork._zygote(env(value), ('FORK_TEST_VALUE', )))
+    assert seen[0] is seen[1]
+    assert tool_fork._zygote(env('p')) is not seen[0]  # without per_call
+
+
+def test_new_session_keeps_group_signals_to_the_child(script):
+    """start_new_session: the child leads a session and group of its own,
+    so a signal to its group (a stop probe's os.killpg) spares the zygote,
+    which serves the next call."""
+    # (the group signal only where the child leads it: a failure here must
+    # not signal the test's own group)
+    code = ('import os, signal, sys\n'
+            'alone = os.getsid(0) == os.getpid() == os.getpgid(0)\n'
+            'print(alone)\n'
+            'sys.stdout.flush()\n'
+            'if alone:\n'
+            '    os.killpg(os.getpgid(0), signal.SIGTERM)\n')
+    done = run_python(['-c', code],
+                      env=env(),
+                      start_new_session=True,
+                      timeout=120)
+    assert (done.returncode, done.stdout) == (-signal.SIGTERM, 'True\n')
+    shared = run_python(
+        ['-c', 'import os; print(os.getpgid(0) == os.getpid())'],
+        env=env(),
+        timeout=120)
+    assert (shared.returncode, shared.stdout) == (0, 'False\n')
+    assert run_python([script, '4'], env=env(), timeout=120).returncode == 4

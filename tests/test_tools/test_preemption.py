@@ -2,7 +2,9 @@
 slurm_train.sh under stop signals, 2 CPU processes (gloo) where it matters.
 
 Each run loads ``stop_probe.py`` (signals at a chosen iteration, records what
-every rank trained and its final parameters).
+every rank trained and its final parameters). The launcher jobs start fresh
+processes; the single-process runs, which only signal themselves, are forked
+from a warm interpreter in a session of their own (:func:`run_tool`).
 """
 import os
 import random
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 from mmact.testing import child_processes, free_port
+from mmact.testing.tool_fork import run_python
 from mmact.utils.preemption import PREEMPTED_EXIT_CODE
 from mmact.utils.preflight import resume_checkpoint
 
@@ -49,6 +52,14 @@ def cwd(tmp_path_factory, with_tiny_cls_data):
     (folder / 'iters.py').write_text(ITERS + PROBE)
     (folder / 'epochs.py').write_text(EPOCHS + PROBE)
     return folder
+
+
+#: What differs between the runs and no import reads (the launchers' port,
+#: stop_probe.py's switches, the slurm job's variables): single-process runs
+#: share a warm interpreter across them.
+PER_RUN = ('PORT', 'STOP_AT_ITER', 'STOP_SIGNAL', 'STOP_AT_VAL_ITER',
+           'STOP_AT_TEST_ITER', 'SIGNAL_BEFORE_TRAIN', 'KILL_AT_ITER',
+           'STEP_SLEEP', 'SLURM_JOB_ID', 'SLURM_RESTART_COUNT')
 
 
 def environment(**extra) -> dict:
@@ -96,12 +107,29 @@ def dist_train(cwd, config, work_dir, *options, **extra) -> subprocess.Popen:
     ], cwd, **extra)
 
 
-def train(cwd, config, work_dir, *options, **extra) -> subprocess.Popen:
-    return start([
-        sys.executable,
-        str(REPO / 'tools/train.py'), config, '--work-dir',
-        str(work_dir), *options
-    ], cwd, **extra)
+def run_tool(args, cwd, status=0, **extra) -> str:
+    """``python ARGS`` in its own session, as :func:`start` runs a job, but
+    forked from a warm interpreter (mmact.testing.tool_fork): its output
+    once it ended with ``status`` (one, or a tuple of accepted ones). For
+    single-process runs that only signal themselves."""
+    done = run_python(
+        args,
+        cwd=cwd,
+        env=environment(**extra),
+        timeout=600,
+        per_call=PER_RUN,
+        start_new_session=True)
+    log = done.stdout + done.stderr
+    accepted = status if isinstance(status, tuple) else (status, )
+    assert done.returncode in accepted, log[-4000:]
+    return log
+
+
+def train(cwd, config, work_dir, *options, status=0, **extra) -> str:
+    """tools/train.py in one process (:func:`run_tool`)."""
+    return run_tool(
+        [REPO / 'tools/train.py', config, '--work-dir', work_dir, *options],
+        cwd, status, **extra)
 
 
 def params(work_dir: Path, rank: int) -> dict:
@@ -217,25 +245,23 @@ def test_a_signal_during_the_checkpoint_write(cwd, then):
         "train_cfg = dict(max_iters=6, val_interval=3)\n"
         "param_scheduler = dict(T_max=6, end=6)\n"
         "default_hooks = dict(checkpoint=dict(interval=3))\n")
-    job = start([
-        sys.executable,
-        str(PROBE_DIR / 'signal_during_save.py'), 'iter_4', then,
-        str(REPO / 'tools/train.py'), 'short.py', '--work-dir',
-        str(work_dir)
+    status = PREEMPTED_EXIT_CODE if then == 'SIGTERM' else -signal.SIGKILL
+    run_tool([
+        PROBE_DIR / 'signal_during_save.py', 'iter_4', then,
+        REPO / 'tools/train.py', 'short.py', '--work-dir', work_dir
     ],
-                cwd,
-                STOP_AT_ITER='4')
+             cwd,
+             status,
+             STOP_AT_ITER='4')
     if then == 'SIGTERM':
-        finish(job, status=PREEMPTED_EXIT_CODE)
         assert resume_checkpoint(str(work_dir)) == str(work_dir / 'iter_4.pth')
         return
-    finish(job, status=-signal.SIGKILL)
     assert not (work_dir / 'iter_4.pth').exists()
     assert (work_dir / 'last_checkpoint').read_text() == \
         str(work_dir / 'iter_3.pth')
     assert resume_checkpoint(str(work_dir)) == str(work_dir / 'iter_3.pth')
     # a new process: the lock of the killed one is taken over
-    log = finish(train(cwd, 'short.py', work_dir, '--resume'))
+    log = train(cwd, 'short.py', work_dir, '--resume')
     assert 'Iter(train) [6/6]' in log
 
 
@@ -250,14 +276,17 @@ def test_a_signal_during_validation(cwd):
         "param_scheduler = dict(T_max=6, end=6)\n"
         "default_hooks = dict(checkpoint=dict(interval=3))\n")
     straight, work_dir = cwd / 'val_straight', cwd / 'val_stopped'
-    finish(train(cwd, 'val.py', straight))
-    log = finish(
-        train(cwd, 'val.py', work_dir, STOP_AT_VAL_ITER='1'),
-        status=PREEMPTED_EXIT_CODE)
+    train(cwd, 'val.py', straight)
+    log = train(
+        cwd,
+        'val.py',
+        work_dir,
+        status=PREEMPTED_EXIT_CODE,
+        STOP_AT_VAL_ITER='1')
     assert 'stopped by SIGTERM during validation after iteration 2' in log
     assert Path((work_dir / 'last_checkpoint').read_text()).name == \
         'iter_2.pth'
-    finish(train(cwd, 'val.py', work_dir, '--resume'))
+    train(cwd, 'val.py', work_dir, '--resume')
     assert_same_weights(straight, work_dir, ranks=(0, ))
 
 
@@ -297,9 +326,12 @@ def test_slurm_requeue_resumes(cwd, straight_iters):
 def test_a_signal_before_the_first_iteration(cwd):
     """Nothing trained: a clean exit that says so, no checkpoint."""
     work_dir = cwd / 'early'
-    log = finish(
-        train(cwd, 'iters.py', work_dir, SIGNAL_BEFORE_TRAIN='1'),
-        status=PREEMPTED_EXIT_CODE)
+    log = train(
+        cwd,
+        'iters.py',
+        work_dir,
+        status=PREEMPTED_EXIT_CODE,
+        SIGNAL_BEFORE_TRAIN='1')
     assert 'stopped by SIGTERM before its first iteration: nothing was ' \
         'trained and no checkpoint was written' in log
     assert not list(work_dir.glob('*.pth'))
@@ -309,17 +341,13 @@ def test_a_signal_before_the_first_iteration(cwd):
 def test_a_signal_during_evaluation(cwd, straight_iters):
     """tools/test.py: a clean exit, no results written as final."""
     out = cwd / 'preds.pkl'
-    log = finish(
-        start([
-            sys.executable,
-            str(REPO / 'tools/test.py'), 'iters.py',
-            str(straight_iters / 'iter_12.pth'), '--work-dir',
-            str(cwd / 'evaluation'), '--out',
-            str(out)
-        ],
-              cwd,
-              STOP_AT_TEST_ITER='1'),
-        status=PREEMPTED_EXIT_CODE)
+    log = run_tool([
+        REPO / 'tools/test.py', 'iters.py', straight_iters / 'iter_12.pth',
+        '--work-dir', cwd / 'evaluation', '--out', out
+    ],
+                   cwd,
+                   PREEMPTED_EXIT_CODE,
+                   STOP_AT_TEST_ITER='1')
     assert 'evaluation stopped by SIGTERM: no results or metrics were ' \
         'written' in log
     assert not out.exists()
@@ -332,16 +360,18 @@ def test_requeued_job_without_its_checkpoint_starts_anew(cwd):
     dir with checkpoints."""
     work_dir = cwd / 'removed'
     job = dict(SLURM_JOB_ID='99')
-    finish(
-        train(cwd, 'iters.py', work_dir, STOP_AT_ITER='2', **job),
-        status=PREEMPTED_EXIT_CODE)
-    refused = finish(
-        train(cwd, 'iters.py', work_dir, SLURM_JOB_ID='100'), status=1)
+    train(
+        cwd,
+        'iters.py',
+        work_dir,
+        status=PREEMPTED_EXIT_CODE,
+        STOP_AT_ITER='2',
+        **job)
+    refused = train(cwd, 'iters.py', work_dir, status=1, SLURM_JOB_ID='100')
     assert 'holds checkpoints of an earlier run' in refused
     for path in work_dir.glob('*.pth'):
         path.unlink()
-    log = finish(
-        train(cwd, 'iters.py', work_dir, SLURM_RESTART_COUNT='1', **job))
+    log = train(cwd, 'iters.py', work_dir, SLURM_RESTART_COUNT='1', **job)
     assert 'slurm job 99 was requeued or restarted' in log
     assert f'{work_dir} holds no complete checkpoint' in log
     assert 'training starts from scratch' in log
