@@ -460,13 +460,13 @@ def run_fine_tune(block: DocBlock, cwd: Path, monkeypatch) -> None:
     from mmact.testing import FORMATS, adapt_config, generate_toy_data
     from mmact.utils.preflight import load_config
     _authors_lvis_release(cwd / 'epoch_24.pth')
-    subprocess.run([
-        sys.executable, REPO / 'tools/model_converters/apa_to_mmact.py',
-        'epoch_24.pth', AUTHORS_LVIS_R50, '--no-validate'
+    converted = run_python([
+        REPO / 'tools/model_converters/apa_to_mmact.py', 'epoch_24.pth',
+        AUTHORS_LVIS_R50, '--no-validate'
     ],
-                   cwd=cwd,
-                   check=True,
-                   capture_output=True)
+                           cwd=cwd,
+                           timeout=600)
+    assert converted.returncode == 0, converted.stderr[-3000:]
     [config] = re.findall(r'configs/\S+\.py', block.text)
     cfg = load_config(str(REPO / config))
     data = generate_toy_data('lvis', str(cwd / 'toy_lvis'))

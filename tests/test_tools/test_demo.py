@@ -14,6 +14,7 @@ import pytest
 from mmengine.config import Config
 
 from mmact.testing import free_port
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 LVIS = REPO / 'configs' / 'lvis'
@@ -194,12 +195,16 @@ def _run(cmd, cwd) -> str:
         PYTHON=sys.executable,
         PORT=free_port(),
         OMP_NUM_THREADS='1')
-    result = subprocess.run([str(c) for c in cmd],
-                            cwd=cwd,
-                            env=env,
-                            capture_output=True,
-                            text=True,
-                            timeout=900)
+    if cmd[0] == sys.executable:  # a tool: forked from a warm interpreter
+        result = run_python(
+            cmd[1:], cwd=cwd, env=env, timeout=900, per_call=('PORT', ))
+    else:
+        result = subprocess.run([str(c) for c in cmd],
+                                cwd=cwd,
+                                env=env,
+                                capture_output=True,
+                                text=True,
+                                timeout=900)
     assert result.returncode == 0, (
         result.stdout[-3000:] + result.stderr[-3000:])
     return result.stdout

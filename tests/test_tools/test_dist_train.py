@@ -13,6 +13,7 @@ import torch
 
 from mmact.testing import (child_processes, free_port, is_alive,
                            narrow_fpn_detector)
+from mmact.testing.tool_fork import run_python
 from mmact.utils.preflight import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,14 +23,20 @@ pytestmark = pytest.mark.slow
 
 
 def run(cmd, cwd, **env_vars):
+    """A launcher in a fresh process; ``python TOOL ...`` forked from a warm
+    interpreter (mmact.testing.tool_fork)."""
     env = dict(
         os.environ,
         PYTHON=sys.executable,
         PORT=free_port(),
         PYTHONPATH=str(Path(__file__).parent),
         **env_vars)
-    result = subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    if cmd[0] == sys.executable:
+        result = run_python(
+            cmd[1:], cwd=cwd, env=env, timeout=900, per_call=('PORT', ))
+    else:
+        result = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
