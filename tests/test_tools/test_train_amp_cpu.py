@@ -4,13 +4,12 @@ step under CPU bfloat16 autocast, its RPN's boxes reaching mmcv's CPU nms
 and its RoIs mmcv's RoIAlign in float32."""
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mmact.testing import generate_toy_data, narrow_fpn_detector
+from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / 'configs/toy/apa_mrcnn_r50_toy.py'
@@ -23,15 +22,13 @@ def test_amp_on_the_cpu_trains_the_toy_lvis_detector(tmp_path):
     cfg = load_config(str(TOY))
     narrow_fpn_detector(cfg.model)
     cfg.dump(str(tmp_path / 'toy_narrow.py'))
-    result = subprocess.run([
-        sys.executable, REPO / 'tools/train.py', 'toy_narrow.py', '--amp',
-        '--work-dir', 'work', '--cfg-options', 'train_cfg.max_epochs=1',
+    result = run_python([
+        REPO / 'tools/train.py', 'toy_narrow.py', '--amp', '--work-dir',
+        'work', '--cfg-options', 'train_cfg.max_epochs=1',
         'train_dataloader.dataset.dataset.indices=2'
     ],
-                            cwd=tmp_path,
-                            capture_output=True,
-                            text=True,
-                            timeout=600)
+                        cwd=tmp_path,
+                        timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
     assert '--amp without a GPU: bfloat16 autocast on the CPU' in log
