@@ -32,24 +32,24 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-__all__ = ['run_python', 'PER_TEST']
+__all__ = ['run_python', 'PER_TEST', 'STACK', 'import_stack', 'serve_child']
 
 #: Variables that change from test to test and that no import reads.
 PER_TEST = ('PYTEST_CURRENT_TEST', 'PWD', 'OLDPWD')
 #: Zygotes kept alive at once (the oldest is stopped).
 MAX_ZYGOTES = 2
 
+#: What the tools import: a zygote imports these and nothing else.
+STACK = ('torch', 'torchvision', 'mmengine.runner', 'mmcv.ops', 'mmdet.models',
+         'mmpretrain.models', 'mmact')
+
 _SERVER = r'''
 import sys
 sys.path[:] = [p for p in sys.path if p not in ('', '.')]
-import importlib, json, os
-for name in ('torch', 'torchvision', 'mmengine.runner', 'mmcv.ops',
-             'mmdet.models', 'mmpretrain.models', 'mmact'):
-    try:  # what the tools import; a package absent here is the child's to
-        importlib.import_module(name)  # report, as a fresh process would
-    except ImportError:
-        pass
-from mmact.testing.tool_fork import serve_child
+import json, os
+started = dict(os.environ)  # before mmact's own imports
+from mmact.testing.tool_fork import import_stack, serve_child
+import_env = import_stack(started)
 out = os.fdopen(int(sys.argv[1]), 'w')
 out.write('ready\n')
 out.flush()
@@ -57,7 +57,7 @@ for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
     if pid == 0:
-        serve_child(request)
+        serve_child(request, import_env=import_env)
     out.write(json.dumps(dict(pid=pid)) + '\n')
     out.flush()
     _, status = os.waitpid(pid, 0)
@@ -67,9 +67,46 @@ for line in sys.stdin:
 '''
 
 
-def serve_child(request: dict) -> None:
-    """In the forked child: become the requested command and exit."""
-    import runpy
+def import_stack(started: Dict[str, str]) -> Dict[str, Optional[str]]:
+    """Import :data:`STACK`; a package absent here is the command's to
+    report, as a fresh process would.
+
+    Args:
+        started (dict): The environment the process started with.
+
+    Returns:
+        dict: What the imports did to ``os.environ`` (opencv's
+        ``LD_LIBRARY_PATH``, an inductor cache folder, ...): the values
+        they set, None for a variable they removed.
+    """
+    import importlib
+    for name in STACK:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    return {
+        k: os.environ.get(k)
+        for k in set(started) | set(os.environ)
+        if started.get(k) != os.environ.get(k)
+    }
+
+
+def serve_child(request: dict,
+                fds: Optional[Sequence[int]] = None,
+                import_env: Optional[Dict[str, Optional[str]]] = None) -> None:
+    """In the forked child: become the requested command and exit.
+
+    Args:
+        request (dict): ``argv`` (the interpreter's arguments: ``SCRIPT
+            ...``, ``-m MODULE ...``, ``-c CODE ...`` or ``- ...``), ``cwd``,
+            ``env``, ``new_session`` and, unless ``fds`` is given, the paths
+            of the ``stdin``, ``stdout`` and ``stderr`` files.
+        fds (Sequence[int], optional): Descriptors of the standard
+            streams.
+        import_env (dict, optional): What the imports did to the
+            environment (:func:`import_stack`), done again to the command's.
+    """
     import traceback
     code = 1
     try:
@@ -78,22 +115,20 @@ def serve_child(request: dict) -> None:
         os.chdir(request['cwd'])
         os.environ.clear()
         os.environ.update(request['env'])
-        for fd, (path, mode) in enumerate(
-            ((request['stdin'], os.O_RDONLY), (request['stdout'], os.O_WRONLY),
-             (request['stderr'], os.O_WRONLY))):
-            os.dup2(os.open(path, mode), fd)
-        argv = request['argv']
-        if argv[0] == '-c':
-            sys.argv = ['-c', *argv[2:]]
-            sys.path.insert(0, '')
-            exec(
-                compile(argv[1], '<string>', 'exec'),
-                dict(__name__='__main__'))
-        else:
-            script = os.path.abspath(argv[0])
-            sys.argv = [argv[0], *argv[1:]]
-            sys.path.insert(0, os.path.dirname(script))
-            runpy.run_path(script, run_name='__main__')
+        for name, value in (import_env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if fds is None:
+            modes = (('stdin', os.O_RDONLY), ('stdout', os.O_WRONLY),
+                     ('stderr', os.O_WRONLY))
+            fds = [os.open(request[name], mode) for name, mode in modes]
+        for fd, source in enumerate(fds):
+            os.dup2(source, fd)
+        for source in set(fds) - {0, 1, 2}:
+            os.close(source)
+        _run_main(request['argv'])
         code = 0
     except SystemExit as stop:
         if stop.code is None:
@@ -112,6 +147,27 @@ def serve_child(request: dict) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _run_main(argv: Sequence[str]) -> None:
+    """Run ``python *argv``'s main module, with its ``sys.argv`` and
+    ``sys.path[0]``."""
+    import runpy
+    if argv[0] in ('-c', '-'):
+        sys.argv = [argv[0], *argv[2 if argv[0] == '-c' else 1:]]
+        sys.path.insert(0, '')
+        source = argv[1] if argv[0] == '-c' else sys.stdin.read()
+        name = '<string>' if argv[0] == '-c' else '<stdin>'
+        exec(compile(source, name, 'exec'), dict(__name__='__main__'))
+    elif argv[0] == '-m':
+        sys.argv = ['-m', *argv[2:]]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
+    else:
+        script = os.path.abspath(argv[0])
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(script))
+        runpy.run_path(script, run_name='__main__')
 
 
 class _Zygote:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmact.testing.python_stand_in import PythonStandIn
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools/gpu/gpu_check.sh'
 sys.path.insert(0, str(REPO / 'tools/gpu'))
@@ -27,8 +29,8 @@ MEMORY_KEYS = {('step', 'memory_float32'), ('step', 'memory_bfloat16'),
 GPU_ONLY_SECTIONS = {'sanitizer'}
 
 
-def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
-    """Start gpu_check.sh with its log under tmp_path; returns the Popen."""
+def check_env(parts=None, dry=True, python=sys.executable, **env_extra):
+    """gpu_check.sh's environment: its switches, the interpreter."""
     # the suite's switches left out; its build cache kept (the builds shared)
     env = {
         k: v
@@ -36,17 +38,23 @@ def gpu_check(tmp_path, parts=None, dry=True, **env_extra):
         if not k.startswith(('GPU_CHECK_', 'MALLOC_', 'MMACT_'))
         and k != 'TRITON_INTERPRET' or k == 'MMACT_CACHE_DIR'
     }
-    env['PYTHON'] = sys.executable
+    env['PYTHON'] = python
     if dry:
         env['GPU_CHECK_DRY_RUN'] = '1'
     if parts:
         env['GPU_CHECK_PARTS'] = parts
     env.update(env_extra)
+    return env
+
+
+def gpu_check(tmp_path, parts=None, dry=True, env=None, **env_extra):
+    """Start gpu_check.sh with its log under tmp_path (and ``env``, or
+    :func:`check_env`'s); returns the Popen."""
     return subprocess.Popen(
         ['bash', str(SCRIPT),
          str(tmp_path / 'gpu_check.log')],
         cwd=REPO,
-        env=env,
+        env=env or check_env(parts, dry, **env_extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -188,10 +196,25 @@ def test_unknown_part_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_dry_run_runs_every_part_and_writes_every_key(tmp_path):
+def test_dry_run_runs_every_part_and_writes_every_key(tmp_path, load_tool):
+    # The parts' interpreters forked from a warm one (python_stand_in): the
+    # environment they get from gpu_check.sh (the launchers' PYTHONPATH, its
+    # exports), the benchmark scripts' heap settings already set (the
+    # scripts then run as they are, not once more to set them); a part that
+    # sets import-time switches of its own (the Triton row, the CUDA row)
+    # and the launchers' workers start the real interpreter.
+    stand_in = tmp_path / 'python'
+    heap = load_tool('tools/benchmarks/bench_utils.py').GLIBC_HEAP
+    env = check_env(python=str(stand_in / 'bin/python'), **heap)
+    served = dict(
+        env,
+        PYTHONPATH=f'{REPO}/tools/..:{env.get("PYTHONPATH", "")}',
+        PYTHONUNBUFFERED='1')
     start = time.time()
     docs_json = gpu_json.DOC_JSON.read_text()
-    code, out = finish(gpu_check(tmp_path))
+    per_call = ('PORT', 'GPU_CHECK_COMMIT', 'GPU_CHECK_DRIVER')
+    with PythonStandIn(served, stand_in, per_call=per_call) as python:
+        code, out = finish(gpu_check(tmp_path, env=env))
     data = json.loads((tmp_path / 'gpu.json').read_text())
     assert all_keys(data) == all_keys(gpu_json.empty()) | {('dry_run', None)}
     assert data['dry_run'] is True
