@@ -1,4 +1,5 @@
 """Fixtures shared by the whole test suite."""
+import gc
 import importlib.util
 import json
 import os
@@ -191,6 +192,15 @@ def pytest_collection_modifyitems(config: pytest.Config,
         for item in items if item.get_closest_marker('slow')
     }
     items.sort(key=lambda item: item.module.__name__ not in slow_modules)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What exists once the tests are collected (the stack's modules, the
+    test modules) lives for the whole run: frozen out of the garbage
+    collector's reach, each collection walks only what the tests allocate
+    (mmengine's datasets call ``gc.collect()`` once each: 0.28 s a call
+    over the suite's heap on the 2-core machine)."""
+    gc.freeze()
 
 
 def pytest_configure(config: pytest.Config) -> None:
