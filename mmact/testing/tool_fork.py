@@ -22,6 +22,7 @@ mmact``) or of a launcher keeps ``subprocess``. ``MMACT_TEST_FORK=0`` runs
 every command as a fresh process.
 """
 import atexit
+import gc
 import json
 import os
 import select
@@ -85,6 +86,10 @@ def import_stack(started: Dict[str, str]) -> Dict[str, Optional[str]]:
             importlib.import_module(name)
         except ImportError:
             pass
+    # the imports live as long as the process: out of the collector's reach,
+    # a child's collections walk only what it allocates, and leave the
+    # shared pages unwritten (copy-on-write)
+    gc.freeze()
     return {
         k: os.environ.get(k)
         for k in set(started) | set(os.environ)
