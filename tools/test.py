@@ -18,7 +18,7 @@ import mmact  # noqa: F401  (registers mmact components)
 from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
                               safe_checkpoint_loading)
 from mmact.engine.hooks import CheckpointMismatchError, replace_stock_hook
-from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
+from mmact.utils import (StartUp, check_mmcv, end_with_launcher, finish_run,
                          is_launcher_main, setup_cpu_distributed)
 from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
                                     STOP_SIGNALS, Preempted)
@@ -207,37 +207,38 @@ def checked_config(args: argparse.Namespace) -> Tuple[Config, dict]:
 def evaluate(args: argparse.Namespace) -> None:
     """Check the checkpoint, the data and the config, then test."""
     end_with_launcher(args.launcher)  # a killed torchrun ends its workers
-    cfg, datasets = checked_config(args)
-    cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
-    cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
-        dict(type='CheckpointKeysHook', strict=not args.allow_partial)
-    ]
+    with StartUp() as start_up:  # no garbage collections until it is over
+        cfg, datasets = checked_config(args)
+        cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
+        cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
+            dict(type='CheckpointKeysHook', strict=not args.allow_partial)
+        ]
 
-    try:
-        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
-            RUNNERS.build(cfg)
-        use_checked_datasets(runner, datasets)
-        if args.out is not None:
-            runner.test_evaluator.metrics.append(
-                METRICS.build(
-                    dict(
-                        type=DUMP_METRICS[cfg.get('default_scope', 'mmdet')],
-                        out_file_path=args.out)))
-        runner.test()
-        finish_run(cpu_distributed)
-    except Preempted as stop:
-        report_stop(stop, args.launcher)
-        finish_run(cpu_distributed, PREEMPTED_EXIT_CODE)
-    except CheckpointMismatchError as error:
-        raise Refused(
-            f'{args.checkpoint}: {one_line(error)}. Nothing was tested. Use '
-            'the checkpoint of this config, or pass --allow-partial to test '
-            'with the unloaded weights at their initial values.') from error
-    except KeyError as error:  # a type= name no registry knows
-        hint = unknown_type_hint(error, cfg.get('default_scope'))
-        if hint is None:
-            raise
-        raise Refused(f'{one_line(error)} {hint}') from error
+        try:
+            runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+                RUNNERS.build(cfg)
+            use_checked_datasets(runner, datasets)
+            start_up.over()
+            if args.out is not None:
+                dump = DUMP_METRICS[cfg.get('default_scope', 'mmdet')]
+                runner.test_evaluator.metrics.append(
+                    METRICS.build(dict(type=dump, out_file_path=args.out)))
+            runner.test()
+            finish_run(cpu_distributed)
+        except Preempted as stop:
+            report_stop(stop, args.launcher)
+            finish_run(cpu_distributed, PREEMPTED_EXIT_CODE)
+        except CheckpointMismatchError as error:
+            raise Refused(
+                f'{args.checkpoint}: {one_line(error)}. Nothing was tested. '
+                'Use the checkpoint of this config, or pass --allow-partial '
+                'to test with the unloaded weights at their initial '
+                'values.') from error
+        except KeyError as error:  # a type= name no registry knows
+            hint = unknown_type_hint(error, cfg.get('default_scope'))
+            if hint is None:
+                raise
+            raise Refused(f'{one_line(error)} {hint}') from error
 
 
 if __name__ == '__main__':

@@ -20,7 +20,7 @@ import mmact  # noqa: F401  (registers mmact components)
 from mmact.checkpoint import (CheckpointLoadError, UnsafeCheckpointError,
                               safe_checkpoint_loading)
 from mmact.engine.hooks import replace_stock_hook
-from mmact.utils import (check_mmcv, end_with_launcher, finish_run,
+from mmact.utils import (StartUp, check_mmcv, end_with_launcher, finish_run,
                          init_restarted_process_group, is_launcher_main,
                          setup_cpu_distributed)
 from mmact.utils.preemption import (DEFAULT_STOP_SIGNALS, PREEMPTED_EXIT_CODE,
@@ -220,35 +220,40 @@ def train(cfg: Config,
         tuple: Whether the run was CPU-distributed (for ``finish_run``), and
         the stop signal's ``Preempted`` if one stopped it.
     """
-    datasets = check_run(cfg, args)
-    cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
-    init_restarted_process_group(cfg, args.launcher)  # GPUs: before mmengine
-    # load_from may cover part of the model (fine-tuning): warn, don't stop.
-    add_hook(cfg, dict(type='CheckpointKeysHook', strict=False))
-    if not args.no_exact_resume:
-        add_hook(cfg, dict(type='ExactResumeHook'))
-    # a diverged run stops before it writes a NaN checkpoint
-    add_hook(cfg, dict(type='DivergenceGuardHook'))
-    if args.stop_signals:
-        add_hook(cfg, dict(type='PreemptionHook', signals=args.stop_signals))
-    if is_launcher_main(args.launcher):
-        record_run(cfg.work_dir)  # its requeued self resumes (not refused)
+    with StartUp() as start_up:  # no garbage collections until it is over
+        datasets = check_run(cfg, args)
+        cpu_distributed = setup_cpu_distributed(cfg, args.launcher)
+        # GPUs: before mmengine
+        init_restarted_process_group(cfg, args.launcher)
+        # load_from may cover part of the model (fine-tuning): warn, not stop
+        add_hook(cfg, dict(type='CheckpointKeysHook', strict=False))
+        if not args.no_exact_resume:
+            add_hook(cfg, dict(type='ExactResumeHook'))
+        # a diverged run stops before it writes a NaN checkpoint
+        add_hook(cfg, dict(type='DivergenceGuardHook'))
+        if args.stop_signals:
+            add_hook(cfg,
+                     dict(type='PreemptionHook', signals=args.stop_signals))
+        if is_launcher_main(args.launcher):
+            # its requeued self resumes (not refused)
+            record_run(cfg.work_dir)
 
-    runner = None
-    try:
-        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
-            RUNNERS.build(cfg)
-        use_checked_datasets(runner, datasets)
-        runner.train()
-    except KeyError as error:  # a type= name no registry knows
-        hint = unknown_type_hint(error, cfg.get('default_scope'))
-        if hint is None:
-            raise
-        raise Refused(f'{one_line(error)} {hint}') from error
-    except Preempted as stop:
-        if runner is not None:
-            runner.call_hook('after_run')  # close loggers and visualizers
-        return cpu_distributed, stop
+        runner = None
+        try:
+            runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+                RUNNERS.build(cfg)
+            use_checked_datasets(runner, datasets)
+            start_up.over()
+            runner.train()
+        except KeyError as error:  # a type= name no registry knows
+            hint = unknown_type_hint(error, cfg.get('default_scope'))
+            if hint is None:
+                raise
+            raise Refused(f'{one_line(error)} {hint}') from error
+        except Preempted as stop:
+            if runner is not None:
+                runner.call_hook('after_run')  # close loggers and visualizers
+            return cpu_distributed, stop
     return cpu_distributed, None
 
 
