@@ -21,7 +21,9 @@ differs from the server's in a variable other than :data:`ROUTINE` and the
 ``exec``s the real interpreter, so a script runs either way.
 ``MMACT_TEST_FORK=0``: :attr:`~PythonStandIn.python` is the real one.
 
-The command's parent is the server, not the script's shell: a launcher's
+The command's parent is the server, not the script's shell, and its process
+group the server's: a signal to the script's group reaches the command
+through the stand-in, not the processes the command starts. A launcher's
 workers, whose parent is what they check, are started by torchrun with the
 real interpreter (``sys.executable``), as is every process a command
 starts itself.
