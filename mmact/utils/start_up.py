@@ -14,8 +14,8 @@ class StartUp:
     The start-up imports the model zoos (mmdet's and mmpretrain's models
     import on the first build) and builds what lives until the tool exits:
     about half a million objects, which each full collection walks again
-    (1.9 s of a 15.6 s toy Mask R-CNN training on a 2-core machine), and
-    mmengine's datasets ask for a collection each. Paused, the start-up runs
+    (about a tenth of a toy Mask R-CNN training's CPU time), and mmengine's
+    datasets ask for a collection each. Paused, the start-up runs
     without them, and the datasets' collections walk only what was made
     after the imports so far (frozen on entry). :meth:`over` collects once
     (the start-up's own cyclic garbage), freezes what is left
@@ -23,6 +23,11 @@ class StartUp:
     forked from here, skip it and leave its pages shared) and resumes the
     collector. Leaving the block before :meth:`over` (an error, a refusal)
     resumes it as well.
+
+    What is frozen is never collected as a cycle: objects of the start-up
+    that die later in cycles stay (the tools build one runner per process,
+    so this is bounded by the start-up), which is why only the tools' own
+    processes use it.
     """
 
     def __init__(self) -> None:
