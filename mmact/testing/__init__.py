@@ -4,7 +4,7 @@ Not imported by ``import mmact``; import ``mmact.testing`` explicitly.
 """
 from .config_adapt import adapt_config, config_data_kind, drop_pretrained
 from .file_server import TRUNCATED, serve_files
-from .narrow_model import narrow_fpn_detector
+from .narrow_model import narrow_fpn_detector, narrowing_options
 from .processes import child_processes, free_port, is_alive
 from .tiny_runner import tiny_runner
 from .toy_data import (COCO_CATEGORY_IDS, FORMATS, MANIFEST, SHAPE_KINDS,
@@ -19,5 +19,6 @@ __all__ = [
     'lvis_frequency_thresholds', 'category_appearance', 'COCO_CATEGORY_IDS',
     'V3DET_TOY_CLASSES', 'SHAPE_KINDS', 'adapt_config', 'config_data_kind',
     'drop_pretrained', 'tiny_runner', 'free_port', 'child_processes',
-    'is_alive', 'serve_files', 'TRUNCATED', 'narrow_fpn_detector'
+    'is_alive', 'serve_files', 'TRUNCATED', 'narrow_fpn_detector',
+    'narrowing_options'
 ]

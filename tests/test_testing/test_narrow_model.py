@@ -42,3 +42,35 @@ def test_unknown_depth_is_named():
     cfg = load_config(str(APA_LVIS))
     with pytest.raises(ValueError, match=r'depth must be one of .*got 26'):
         narrow_fpn_detector(cfg.model, depth=26)
+
+
+def test_narrowing_options_make_the_same_model_from_the_file():
+    """The options a launcher passes to tools/train.py give the model
+    narrow_fpn_detector makes, and leave the config they came from alone."""
+    import argparse
+
+    from mmengine.config import DictAction
+
+    from mmact.testing import narrowing_options
+    from mmact.utils.preflight import load_config
+    cfg = load_config(str(APA_LVIS))
+    wide = cfg.model.copy()
+    options = narrowing_options(cfg.model, width=16, depth=50)
+    assert cfg.model == wide
+    assert 'model.neck.in_channels=[64,128,256,512]' in options
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    cfg.merge_from_dict(
+        parser.parse_args(['--cfg-options', *options]).cfg_options)
+    assert cfg.model == narrow_fpn_detector(wide, width=16, depth=50)
+
+
+def test_narrowing_options_name_a_list_of_heads():
+    from mmengine.config import ConfigDict
+
+    from mmact.testing import narrowing_options
+    from mmact.utils.preflight import load_config
+    model = load_config(str(APA_LVIS)).model
+    model.roi_head.bbox_head = [ConfigDict(model.roi_head.bbox_head)] * 3
+    with pytest.raises(ValueError, match=r'model\.roi_head\.bbox_head: '):
+        narrowing_options(model)

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, Tuple
 import pytest
 from mmengine.config import Config
 
-from mmact.testing import free_port
+from mmact.testing import free_port, narrowing_options
 from mmact.testing.tool_fork import run_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,7 +219,9 @@ DEMO_RUNS = {'APA': 'apa_mrcnn_r50_toy.py', 'SE': 'se-relu_mrcnn_r50_toy.py'}
 def demo_run(toy_data_root, tmp_path_factory):
     """``demo_run(name)``: the work dir of one demo config trained with
     ``dist_train.sh`` and tested with ``dist_test.sh``, 2 processes and two
-    iterations each; run once per module, so the summary test reuses them."""
+    iterations each; run once per module, so the summary test reuses them.
+    The model at a sixteenth of its widths (the same blocks, heads and
+    losses; the full widths train in tests/test_configs/)."""
     cwd = tmp_path_factory.mktemp('demo')
     (cwd / 'data').mkdir()
     (cwd / 'data' / 'toy_lvis').symlink_to(toy_data_root('lvis'))
@@ -229,18 +231,19 @@ def demo_run(toy_data_root, tmp_path_factory):
         if name not in done:
             config = TOY / DEMO_RUNS[name]
             work_dir = cwd / name
+            narrow = narrowing_options(Config.fromfile(config).model, depth=50)
             # 4 training images with RFS: 2 iterations of 2 x 2 images
             _run([
                 'bash', REPO / 'tools/dist_train.sh', config, '2',
                 '--work-dir', work_dir, '--cfg-options',
                 'train_cfg.max_epochs=1',
-                'train_dataloader.dataset.dataset.indices=4'
+                'train_dataloader.dataset.dataset.indices=4', *narrow
             ], cwd)
             checkpoint = (work_dir / 'last_checkpoint').read_text().strip()
             _run([
                 'bash', REPO / 'tools/dist_test.sh', config, checkpoint, '2',
                 '--work-dir', work_dir, '--cfg-options',
-                'test_dataloader.dataset.indices=2'
+                'test_dataloader.dataset.indices=2', *narrow
             ], cwd)
             done[name] = work_dir
         return done[name]
