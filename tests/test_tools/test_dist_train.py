@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mmact.testing import (child_processes, free_port, is_alive,
-                           narrow_fpn_detector)
+                           narrow_fpn_detector, narrowing_options)
 from mmact.testing.tool_fork import run_python
 from mmact.utils.preflight import load_config
 
@@ -192,15 +192,17 @@ def identical(a, b) -> bool:
     not sys.platform.startswith('linux'), reason='reads /proc (Linux)')
 def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
     """kill -9 of tools/dist_train.sh: both workers end within seconds
-    (torchrun alone leaves them training to the end)."""
+    (torchrun alone leaves them training to the end, minutes away). The
+    model at a sixteenth of its widths, as in :func:`trained`."""
     (tmp_path / 'data').mkdir()
     (tmp_path / 'data' / 'toy_coco').symlink_to(toy_data_root('coco'))
     work_dir = tmp_path / 'work'
+    narrow = narrowing_options(load_config(str(TOY_COCO)).model, depth=50)
     launcher = subprocess.Popen([
         'bash',
         str(REPO / 'tools/dist_train.sh'),
         str(TOY_COCO), '2', '--work-dir',
-        str(work_dir), '--cfg-options', 'train_cfg.max_epochs=50'
+        str(work_dir), '--cfg-options', 'train_cfg.max_epochs=500', *narrow
     ],
                                 cwd=tmp_path,
                                 env=dict(
