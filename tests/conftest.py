@@ -205,7 +205,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """One torch thread per xdist worker (and its subprocesses): the
-    workers already share the cores, more threads only oversubscribe."""
+    workers already share the cores, more threads only oversubscribe.
+    The launchers' torchrun looks at its workers every 0.1 s on both stacks
+    (``PET_MONITOR_INTERVAL``, torch 2.14's default; torch 2.1's 5 s ends
+    each 2-process job up to 5 s after its workers did)."""
+    os.environ.setdefault('PET_MONITOR_INTERVAL', '0.1')
     if os.environ.get('PYTEST_XDIST_WORKER'):
         for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
             os.environ.setdefault(name, '1')
