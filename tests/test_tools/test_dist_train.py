@@ -202,7 +202,8 @@ def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
         'bash',
         str(REPO / 'tools/dist_train.sh'),
         str(TOY_COCO), '2', '--work-dir',
-        str(work_dir), '--cfg-options', 'train_cfg.max_epochs=500', *narrow
+        str(work_dir), '--cfg-options', 'train_cfg.max_epochs=500',
+        'default_hooks.logger.interval=1', *narrow
     ],
                                 cwd=tmp_path,
                                 env=dict(
@@ -212,8 +213,11 @@ def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
                                 stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    # training has started once the main worker holds the work dir
-    while not (work_dir / '.mmact-train.lock').exists():
+    # training has started once the main worker logged an iteration (killed
+    # before, while the workers still meet at torchrun's store, they wait
+    # there until end_with_launcher's SIGKILL, 30 s later)
+    while not any('(train)' in log.read_text()
+                  for log in work_dir.glob('*/*.log')):
         assert launcher.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     workers = child_processes(launcher.pid)  # the script exec'd torchrun
