@@ -214,8 +214,8 @@ def test_killing_the_launcher_ends_the_workers(tmp_path, toy_data_root):
                                 stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     # training has started once the main worker logged an iteration (killed
-    # before, while the workers still meet at torchrun's store, they wait
-    # there until end_with_launcher's SIGKILL, 30 s later)
+    # earlier, in their start-up, the workers may end only by
+    # end_with_launcher's SIGKILL, 30 s later)
     while not any('(train)' in log.read_text()
                   for log in work_dir.glob('*/*.log')):
         assert launcher.poll() is None and time.monotonic() < deadline
