@@ -14,8 +14,10 @@ with Triton 2.1 and numpy 1, and torch 2.14.1 with Triton 3.x and numpy 2.
 import contextlib
 import functools
 import importlib
+import importlib.abc
 import importlib.util
 import re
+import sys
 import types
 import warnings
 from pathlib import Path
@@ -308,21 +310,53 @@ class _NumpyWithAliases(types.ModuleType):
         return getattr(np, name)
 
 
+def _give_aliases(lvis_eval: types.ModuleType) -> None:
+    if not hasattr(lvis_eval.np, 'float'):
+        lvis_eval.np = _NumpyWithAliases()
+
+
+class _AliasesOnImport(importlib.abc.MetaPathFinder):
+    """Gives ``lvis.eval`` the aliases as it is imported: importing lvis
+    here would import ``lvis.vis`` and with it matplotlib's pyplot in every
+    process, most of which never evaluate LVIS. It finds nothing itself;
+    for ``lvis.eval`` it wraps the module's real loader."""
+
+    def find_spec(self, name, path, target=None):
+        if name != 'lvis.eval':
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, 'find_spec', None)
+            spec = None if finder is self or find is None else find(
+                name, path, target)
+            if spec is not None and spec.loader is not None:
+                load = spec.loader.exec_module
+
+                def exec_module(module: types.ModuleType) -> None:
+                    load(module)
+                    _give_aliases(module)
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
 def patch_lvis_numpy() -> bool:
     """Let ``lvis`` 0.5.3 evaluate on numpy 2.
 
     Only the ``np`` name inside ``lvis.eval`` is rebound; numpy itself and
-    every other module keep seeing the real numpy.
+    every other module keep seeing the real numpy. An ``lvis.eval`` not
+    imported yet gets it when it is imported.
 
     Returns:
-        bool: Whether ``lvis.eval`` now sees the aliases (False when lvis is
-        not installed).
+        bool: Whether ``lvis.eval`` sees the aliases, or will once imported
+        (False when lvis is not installed).
     """
     if importlib.util.find_spec('lvis') is None:
         return False
-    lvis_eval = importlib.import_module('lvis.eval')
-    if not hasattr(lvis_eval.np, 'float'):
-        lvis_eval.np = _NumpyWithAliases()
+    if 'lvis.eval' in sys.modules:
+        _give_aliases(sys.modules['lvis.eval'])
+    elif not any(isinstance(f, _AliasesOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AliasesOnImport())
     return True
 
 

@@ -36,6 +36,23 @@ def test_patch_is_idempotent():
     assert importlib.import_module('lvis.eval').np is shim
 
 
+def test_import_mmact_leaves_lvis_to_its_first_import():
+    """A fresh ``import mmact`` imports neither lvis nor the matplotlib
+    pyplot lvis imports; lvis.eval, imported later, sees the aliases."""
+    code = ('import sys, mmact\n'
+            "assert 'lvis' not in sys.modules, 'lvis'\n"
+            "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot'\n"
+            'from lvis import LVISEval\n'
+            'import lvis.eval\n'
+            'assert lvis.eval.np.float is float\n'
+            "assert not hasattr(sys.modules['numpy'], 'float')\n")
+    done = subprocess.run([sys.executable, '-c', code],
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_check_mmcv_passes_on_this_stack():
     compat.check_mmcv()
 
