@@ -98,6 +98,8 @@ class _Recorded:
 
     def __init__(self, function, name: str, record: Callable[[str], None]):
         self._function, self._name, self._record = function, name, record
+        # the function's own (numpy.ma, first imported inside, copies them)
+        self.__doc__ = function.__doc__
 
     def __call__(self, *args, **kwargs):
         self._record(f'numpy function {self._name}')

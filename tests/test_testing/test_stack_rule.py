@@ -39,6 +39,17 @@ def test_numpy_functions_are_seen_and_still_work():
     assert type(np.add).__name__ == 'ufunc'  # restored
 
 
+def test_numpy_functions_keep_their_docstrings():
+    """numpy.ma, first imported inside the block (a test's config check
+    imports mmdet's datasets), rewrites numpy's docstrings: reading one is
+    no use, and each is the function's."""
+    with StackUse() as use:
+        docs = [np.arange.__doc__, np.random.default_rng.__doc__]
+    assert docs == [np.arange.__doc__, np.random.default_rng.__doc__]
+    assert 'arange : ndarray' in docs[0]
+    assert use.found == []
+
+
 def test_processes_are_seen(tmp_path):
     with StackUse() as use:
         subprocess.run([sys.executable, '-c', 'pass'], check=True)
