@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mmact.compat import CPU_AUTOCAST_FLOAT16
+from mmact.testing.package_configs import remember_package_configs
 from mmact.testing.stack_rule import StackUse, stack_imports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,8 +209,11 @@ def pytest_configure(config: pytest.Config) -> None:
     workers already share the cores, more threads only oversubscribe.
     The launchers' torchrun looks at its workers every 0.1 s on both stacks
     (``PET_MONITOR_INTERVAL``, torch 2.14's default; torch 2.1's 5 s ends
-    each 2-process job up to 5 s after its workers did)."""
+    each 2-process job up to 5 s after its workers did). mmengine answers
+    each ``mmdet::`` config look-up once (the suite parses the shipped
+    configs hundreds of times)."""
     os.environ.setdefault('PET_MONITOR_INTERVAL', '0.1')
+    remember_package_configs()
     if os.environ.get('PYTEST_XDIST_WORKER'):
         for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
             os.environ.setdefault(name, '1')

@@ -5,7 +5,8 @@ seconds-long run importing torch, mmengine, mmdet, mmpretrain and mmact.
 :func:`run_python` runs the same command in a process forked from a
 *zygote*: a Python process, started with the command's environment, that has
 done those imports and nothing else (no torch operator, so no thread pool
-exists to fork). The child takes the command's working directory, standard
+exists to fork), and answers each ``mmdet::`` config look-up once
+(:mod:`.package_configs`). The child takes the command's working directory, standard
 streams and ``sys.argv``, runs the script as ``__main__`` (``runpy``), its
 ``atexit`` functions, and exits with the script's code, as the interpreter
 would.
@@ -22,6 +23,7 @@ mmact``) or of a launcher keeps ``subprocess``. ``MMACT_TEST_FORK=0`` runs
 every command as a fresh process.
 """
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -32,6 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from .package_configs import remember_package_configs
 
 __all__ = ['run_python', 'PER_TEST', 'STACK', 'import_stack', 'serve_child']
 
@@ -86,6 +90,8 @@ def import_stack(started: Dict[str, str]) -> Dict[str, Optional[str]]:
             importlib.import_module(name)
         except ImportError:
             pass
+    with contextlib.suppress(ImportError):  # the same answers, once
+        remember_package_configs()
     # the imports live as long as the process: out of the collector's reach,
     # a child's collections walk only what it allocates, and leave the
     # shared pages unwritten (copy-on-write)
