@@ -6,10 +6,10 @@ seconds-long run importing torch, mmengine, mmdet, mmpretrain and mmact.
 *zygote*: a Python process, started with the command's environment, that has
 done those imports and nothing else (no torch operator, so no thread pool
 exists to fork), and answers each ``mmdet::`` config look-up once
-(:mod:`.package_configs`). The child takes the command's working directory, standard
-streams and ``sys.argv``, runs the script as ``__main__`` (``runpy``), its
-``atexit`` functions, and exits with the script's code, as the interpreter
-would.
+(:mod:`.package_configs`). The child takes the command's working directory,
+standard streams and ``sys.argv``, runs the script as ``__main__``
+(``runpy``), its ``atexit`` functions, and exits with the script's code, as
+the interpreter would.
 
 A zygote serves only commands whose environment equals the one it was
 started with (:data:`PER_TEST` and the call's ``per_call`` names aside):
