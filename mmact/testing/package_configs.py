@@ -3,13 +3,12 @@
 ``Config.fromfile`` resolves each ``mmdet::...`` (``mmpretrain::...``)
 path of a config by reloading ``pkg_resources`` to see that the package is
 installed and reading every metafile its ``.mim/model-index.yml`` lists
-(mmdet's hundred YAML files) to find the path among its
-models (mmengine 0.10.7 never finds one there: it looks for the name
-without its ``.py`` among names with it), before it takes the path as a
-``_base_`` file. The answers depend
-on the installed packages alone, which a test session does not change, and
-the test processes parse the shipped configs hundreds of times:
-:func:`remember_package_configs` keeps each answer for the process.
+(mmdet's hundred YAML files) to find the path among its models (mmengine
+0.10.7 never finds one there: it looks for the name without its ``.py``
+among names with it), before it takes the path as a ``_base_`` file. The
+answers depend on the installed packages alone, which a test session does
+not change, and the test processes parse the shipped configs hundreds of
+times: :func:`remember_package_configs` keeps each answer for the process.
 """
 import functools
 from typing import Callable, Dict, Tuple
