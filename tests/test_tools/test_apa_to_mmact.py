@@ -223,6 +223,40 @@ def test_v3det_cascade_converts_with_its_wrapped_cauchy_classifiers(
     assert list(converted['meta']['dataset_meta']['classes']) == names
 
 
+@pytest.mark.parametrize('config,device', [
+    (LVIS_R50, 'meta'),
+    ('configs/imagenet/se-relu-r50_8xb32-coslr-100e_in1k.py', 'cpu'),
+])
+def test_the_strict_check_names_misshaped_and_missing_keys(
+        config, device, monkeypatch):
+    """check_loads_strictly builds a detector on the meta device (no
+    weights to initialise; a classifier of mmpretrain reads a value while
+    it is built: the CPU) and refuses what strict=True refuses, naming the
+    keys."""
+    from mmengine.registry import MODELS
+    built = []
+    build = MODELS.build
+    monkeypatch.setattr(MODELS, 'build',
+                        lambda cfg: built.append(build(cfg)) or built[-1])
+    check = apa_to_mmact.check_loads_strictly
+    with pytest.raises(ValueError, match='does not fit'):
+        check({}, config)  # every key missing
+    model = built[-1]
+    assert {p.device.type for p in model.parameters()} == {device}
+    state = {
+        k: torch.zeros(v.shape, dtype=v.dtype)
+        for k, v in model.state_dict().items()
+    }
+    check(dict(state), config)  # the model's own keys and shapes load
+    [wide, *_] = [k for k, v in state.items() if v.dim() == 4]
+    [dropped, *_] = [k for k in state if k.endswith('running_var')]
+    state[wide] = torch.zeros(1, *state[wide].shape[1:])
+    del state[dropped]
+    with pytest.raises(ValueError, match='does not fit') as refused:
+        check(state, config)
+    assert wide in str(refused.value) and dropped in str(refused.value)
+
+
 def test_r101_detector_is_matched_to_its_own_config():
     config = LVIS_R50.replace('r50', 'r101')
     ref = authors_detector_layout(detector(config))
