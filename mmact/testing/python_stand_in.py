@@ -12,13 +12,14 @@ executable to put in ``PYTHON`` (or first on ``PATH``). Started as
 ``python - ...``, it hands the server its arguments, working directory,
 environment and standard streams (the descriptors themselves); the server
 forks the command (:func:`.tool_fork.serve_child`) and reports its exit.
-The stand-in relays the signals it receives to the command and exits with
-its status, or dies of its signal; when the stand-in is killed, the command
-is killed. Any other form (options such as ``-u``), an environment that
-differs from the server's in a variable other than :data:`ROUTINE` and the
-``per_call`` names (variables read at import: ``MMACT_*``,
-``TRITON_INTERPRET``, ``PYTHONPATH``), or no server: the stand-in
-``exec``s the real interpreter, so a script runs either way.
+The stand-in relays the signals it receives to the command (holding those
+that come before the server names it) and exits with its status, or dies
+of its signal; when the stand-in is killed, the command is killed. Any
+other form (options such as ``-u``), an environment that differs from the
+server's in a variable other than :data:`ROUTINE` and the ``per_call``
+names (variables read at import: ``MMACT_*``, ``TRITON_INTERPRET``,
+``PYTHONPATH``), or no server: the stand-in ``exec``s the real
+interpreter, so a script runs either way.
 ``MMACT_TEST_FORK=0``: :attr:`~PythonStandIn.python` is the real one.
 
 The command's parent is the server, not the script's shell, and its process
@@ -61,16 +62,22 @@ _CLIENT = r'''#!{python} -IS
 # mmact.testing.python_stand_in: {python}, forked from a warm server
 import json, os, signal, socket, sys
 REAL, SOCKET = {python!r}, {socket!r}
+RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+           signal.SIGUSR1, signal.SIGUSR2)
 args = sys.argv[1:]
 
 
 def real():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED)
     os.execv(REAL, [REAL, *args])
 
 
 if not args or (args[0].startswith('-') and args[0] != '-'
                 and (args[0] not in ('-c', '-m') or len(args) < 2)):
     real()
+# held until the command's pid is known (the command may print before the
+# server's reply comes), then relayed to it
+signal.pthread_sigmask(signal.SIG_BLOCK, RELAYED)
 conn = socket.socket(socket.AF_UNIX)
 try:
     conn.connect(SOCKET)
@@ -85,9 +92,9 @@ reply = json.loads(replies.readline() or '{{}}')
 if 'pid' not in reply:
     real()
 pid = reply['pid']
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-            signal.SIGUSR1, signal.SIGUSR2):
+for sig in RELAYED:
     signal.signal(sig, lambda sig, _: os.kill(pid, sig))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED)
 status = json.loads(replies.readline())['status']
 if status < 0:  # die of the command's signal, as the shell expects
     try:

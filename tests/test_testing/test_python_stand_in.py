@@ -5,6 +5,7 @@ interpreter otherwise."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -120,6 +121,34 @@ def test_signals_reach_the_command(stand_in, how, code):
     proc, _ = _waiting(stand_in, how)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == code
+
+
+def test_a_signal_before_the_servers_reply_is_relayed(tmp_path):
+    """A signal that reaches the stand-in before the server's reply names
+    the command (which may already run and print) is held, then relayed to
+    the command; the stand-in exits with the command's status."""
+    path = str(tmp_path / 'server.sock')
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    python = tmp_path / 'python'
+    write_stand_in(python, path)
+    command = subprocess.Popen(
+        [sys.executable, '-c', 'import time; time.sleep(60)'])
+    client = subprocess.Popen([str(python), '-c', 'pass'])
+    conn, _ = server.accept()
+    _, fds, _, _ = socket.recv_fds(conn, 1, 3)  # the streams: unused here
+    for fd in fds:
+        os.close(fd)
+    client.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert client.poll() is None  # held, not the stand-in's death
+    conn.sendall(json.dumps(dict(pid=command.pid)).encode() + b'\n')
+    assert command.wait(timeout=30) == -signal.SIGTERM
+    conn.sendall(json.dumps(dict(status=3)).encode() + b'\n')
+    assert client.wait(timeout=30) == 3
+    conn.close()
+    server.close()
 
 
 def test_a_killed_stand_in_takes_the_command_with_it(stand_in):
