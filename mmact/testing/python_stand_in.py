@@ -154,18 +154,32 @@ def _monitor(conn: socket.socket, log: str, started: Dict[str, str],
         serve_child(request, fds, import_env)
     for fd in fds:
         os.close(fd)
-    conn.sendall(json.dumps(dict(pid=pid)).encode() + b'\n')
-    exited, connected = os.pidfd_open(pid), True
-    while exited not in select.select([exited] + [conn] * connected, [],
-                                      [])[0]:
-        if not conn.recv(1):  # the stand-in is gone
-            os.kill(pid, signal.SIGKILL)
-            connected = False
+    exited, connected = os.pidfd_open(pid), _send(conn, dict(pid=pid))
+    while connected and exited not in select.select([exited, conn], [], [])[0]:
+        connected = not _gone(conn)
+    if not connected:  # the stand-in went first
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     if connected:
-        conn.sendall(
-            json.dumps(dict(
-                status=os.waitstatus_to_exitcode(status))).encode() + b'\n')
+        _send(conn, dict(status=os.waitstatus_to_exitcode(status)))
+
+
+def _send(conn: socket.socket, reply: dict) -> bool:
+    """Send a reply to the stand-in; False when it is gone."""
+    try:
+        conn.sendall(json.dumps(reply).encode() + b'\n')
+        return True
+    except OSError:
+        return False
+
+
+def _gone(conn: socket.socket) -> bool:
+    """Whether the stand-in closed its end (one killed before it read a
+    reply resets the connection)."""
+    try:
+        return not conn.recv(1)
+    except ConnectionResetError:
+        return True
 
 
 def serve(started: Dict[str, str], path: str, ready_fd: str, log: str,

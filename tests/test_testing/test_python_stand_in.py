@@ -165,6 +165,34 @@ def test_a_killed_stand_in_takes_the_command_with_it(stand_in):
     pytest.fail(f'the command {pid} outlived its stand-in')
 
 
+def test_a_stand_in_gone_before_the_reply_takes_the_command(stand_in):
+    """A stand-in killed before it read the server's reply (its end resets
+    the connection) takes the command with it too."""
+    out_r, out_w = os.pipe()
+    conn = socket.socket(socket.AF_UNIX)
+    conn.connect(stand_in.socket)
+    request = json.dumps(
+        dict(
+            argv=[str(stand_in.dir / 'waits.py'), 'default'],
+            cwd=str(stand_in.dir),
+            env=stand_in.env)).encode() + b'\n'
+    socket.send_fds(conn, [request[:1]], [0, out_w, 2])
+    conn.sendall(request[1:])
+    os.close(out_w)
+    with os.fdopen(out_r) as out:
+        pid = int(out.readline())
+    time.sleep(0.5)  # the reply arrives, unread
+    conn.close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f'the command {pid} outlived its stand-in')
+
+
 def test_no_server_runs_the_real_interpreter(tmp_path):
     python = tmp_path / 'python'
     write_stand_in(python, str(tmp_path / 'no_server'))
