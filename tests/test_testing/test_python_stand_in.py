@@ -115,6 +115,18 @@ def _waiting(stand_in, how):
     return proc, pid
 
 
+def _assert_ends(pid):
+    """The command ``pid`` ends within 30 s (its stand-in is gone)."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f'the command {pid} outlived its stand-in')
+
+
 @pytest.mark.parametrize('how,code', [('handled', 7),
                                       ('default', -signal.SIGTERM)])
 def test_signals_reach_the_command(stand_in, how, code):
@@ -155,14 +167,7 @@ def test_a_killed_stand_in_takes_the_command_with_it(stand_in):
     proc, pid = _waiting(stand_in, 'default')
     proc.kill()
     proc.wait(timeout=60)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    pytest.fail(f'the command {pid} outlived its stand-in')
+    _assert_ends(pid)
 
 
 def test_a_stand_in_gone_before_the_reply_takes_the_command(stand_in):
@@ -183,14 +188,7 @@ def test_a_stand_in_gone_before_the_reply_takes_the_command(stand_in):
         pid = int(out.readline())
     time.sleep(0.5)  # the reply arrives, unread
     conn.close()
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    pytest.fail(f'the command {pid} outlived its stand-in')
+    _assert_ends(pid)
 
 
 def test_no_server_runs_the_real_interpreter(tmp_path):
